@@ -1,0 +1,1 @@
+"""The ironlb controller: allocates addresses from IPAddressPools to LoadBalancer Services."""

@@ -1,0 +1,1 @@
+"""The ironlb speaker: one per node, makes allocated addresses reachable (L2 or BGP)."""

@@ -1,0 +1,1 @@
+"""SWIM membership among speakers: who is alive, agreed without a coordinator."""
