@@ -29,6 +29,7 @@ from speaker.membership import messages as m
 VERSION = 1
 HEADER_SIZE = 2  # version, count
 MESSAGE_OVERHEAD = 3  # type, length
+PUSH_PULL_OVERHEAD = MESSAGE_OVERHEAD + 3  # flags, count
 MAX_MESSAGES = 255
 
 _PING, _ACK, _NACK, _INDIRECT, _ALIVE, _SUSPECT, _DEAD, _PUSH_PULL = range(1, 9)
@@ -82,10 +83,18 @@ def _body(message: m.Message) -> tuple[int, bytes]:
         case m.Dead(incarnation, name, origin):
             return _DEAD, _U32.pack(incarnation) + _string(name) + _string(origin)
         case m.PushPull(reply, join, states):
-            flags = (_REPLY if reply else 0) | (_JOIN if join else 0)
-            parts = [_U8.pack(flags), _U16.pack(len(states))]
-            parts.extend(member_state(s) for s in states)
-            return _PUSH_PULL, b"".join(parts)
+            return _PUSH_PULL, _push_pull_body(reply, join, [member_state(s) for s in states])
+
+
+def _push_pull_body(reply: bool, join: bool, states: list[bytes]) -> bytes:
+    flags = (_REPLY if reply else 0) | (_JOIN if join else 0)
+    return _U8.pack(flags) + _U16.pack(len(states)) + b"".join(states)
+
+
+def encode_push_pull(reply: bool, join: bool, states: list[bytes]) -> bytes:
+    """A PushPull message from states already encoded with `member_state`."""
+    body = _push_pull_body(reply, join, states)
+    return _MSG.pack(_PUSH_PULL, len(body)) + body
 
 
 def member_state(state: m.MemberState) -> bytes:

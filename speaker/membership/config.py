@@ -160,9 +160,7 @@ def expected_detection(config: Config, n: int) -> float:
         # Confirmation c arrives about c intervals after the suspicion started.
         suspicion = high
         for c in range(1, k + 1):
-            suspicion = min(
-                suspicion, max(c * interval, lifeguard_timeout(low, high, k, c))
-            )
+            suspicion = min(suspicion, max(c * interval, lifeguard_timeout(low, high, k, c)))
     return first_probe + interval + suspicion
 
 

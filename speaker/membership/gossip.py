@@ -32,9 +32,7 @@ class Queue:
 
     def put(self, message: m.Gossip) -> None:
         self._order += 1
-        self._entries[message.name] = _Entry(
-            message, codec.encode_message(message), 0, self._order
-        )
+        self._entries[message.name] = _Entry(message, codec.encode_message(message), 0, self._order)
 
     def pending(self) -> list[m.Gossip]:
         return [e.message for e in self._entries.values()]

@@ -80,9 +80,7 @@ class Keyring:
 class Sealer:
     """Seals outgoing packets; one per sender process (it owns the nonce sequence)."""
 
-    def __init__(
-        self, keyring: Keyring, random_bytes: Callable[[int], bytes] = os.urandom
-    ) -> None:
+    def __init__(self, keyring: Keyring, random_bytes: Callable[[int], bytes] = os.urandom) -> None:
         self._random = random_bytes
         self._epoch = random_bytes(EPOCH_SIZE)
         self._counter = 0

@@ -1,0 +1,589 @@
+"""The SWIM + Lifeguard failure detector as a deterministic state machine.
+
+Inputs are method calls that carry the current time: `receive` (a decoded packet from an
+address), `tick` (the clock reached `next_deadline()`), `join` and `leave`. Outputs are the
+packets to send and the membership changes, returned as values. The machine never reads a clock,
+touches a socket or uses global randomness (a seeded `random.Random` is injected), so the unit
+tests run thousands of protocol periods of a lossy, partitioned network on a simulated clock, and
+the asyncio transport stays a thin loop around it.
+
+What it implements, and where it departs from memberlist:
+- Probing: one member per `probe_interval`, in randomised round-robin order (bounded detection
+  time), a direct ping, then after `probe_timeout` indirect pings through `indirect_checks`
+  members; helpers answer with a nack when they cannot reach the target (Lifeguard).
+- Suspicion: an unanswered probe makes the target suspect; suspicion ends in death after a
+  timeout that starts long and shrinks with each independent confirmation (Lifeguard's dynamic
+  suspicion). A suspected member that hears of it refutes with a higher incarnation; suspect
+  updates are always sent to the suspected member itself ("buddy system"), so refutation does not
+  depend on gossip luck.
+- Local health (Lifeguard): failed probes with missing nacks, being suspected, and timers firing
+  late raise an awareness score that stretches our own probe interval and timeout, so a slow
+  member backs off instead of accusing others. A late timer also defers verdicts once, so that
+  replies already waiting in the socket are read before anyone is accused.
+- Dissemination: updates are piggybacked on every packet and pushed to `gossip_nodes` members at
+  once and then every `gossip_interval` while any remain (nothing is sent when there is nothing
+  to tell), each retransmitted a logarithmic number of times.
+- Anti-entropy: a full-state push-pull with a random member every `push_pull_interval`, and with a
+  random dead member every `reconnect_interval` so that the halves of a healed partition find each
+  other again. Dead states received in a push-pull are treated as suspicion, not death.
+- Leave: a leaving member tells every member directly, and they drop it at once.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+from speaker.membership import codec, gossip, sealing
+from speaker.membership import config as cfg
+from speaker.membership import messages as m
+
+INF = math.inf
+_SEQ_MASK = 0xFFFFFFFF
+_NACK_RATIO = 0.8  # a helper gives up a little before the prober does
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    address: m.Address
+    packet: bytes  # an encoded packet (codec); the transport seals it
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    name: str
+    state: m.State
+    incarnation: int
+    address: m.Address
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    sends: tuple[Send, ...] = ()
+    changes: tuple[Change, ...] = ()
+
+
+@dataclass(slots=True)
+class Stats:
+    """Counters read by the metrics collector."""
+
+    probes_sent: int = 0
+    probes_failed: int = 0
+    indirect_probes_sent: int = 0
+    suspicions_raised: int = 0
+    suspicions_refuted: int = 0
+    self_refutations: int = 0
+    deaths_declared: int = 0
+    late_ticks: int = 0
+
+
+@dataclass(slots=True)
+class _Member:
+    name: str
+    address: m.Address
+    incarnation: int
+    state: m.State
+    since: float
+
+
+@dataclass(slots=True)
+class _Suspicion:
+    start: float
+    low: float
+    high: float
+    k: int
+    seen: set[str] = field(default_factory=set)
+    confirmations: int = 0
+
+    def deadline(self) -> float:
+        return self.start + cfg.lifeguard_timeout(self.low, self.high, self.k, self.confirmations)
+
+    def confirm(self, origin: str) -> bool:
+        if not origin or origin in self.seen:
+            return False
+        self.seen.add(origin)
+        self.confirmations += 1
+        return True
+
+
+@dataclass(slots=True)
+class _Probe:
+    target: str
+    seq: int
+    timeout_at: float
+    end_at: float
+    indirect: bool = False
+    expected_nacks: int = 0
+    nacks: int = 0
+
+
+@dataclass(slots=True)
+class _Relay:
+    requester: m.Address
+    seq: int
+    nack_at: float
+
+
+class Machine:
+    def __init__(
+        self,
+        config: cfg.Config,
+        name: str,
+        address: m.Address,
+        rng: random.Random,
+        now: float,
+    ) -> None:
+        self.config = config
+        self.name = name
+        self.address = address
+        self.rng = rng
+        self.incarnation = 0
+        self.stats = Stats()
+        self.left = False
+        self.awareness = 0
+        self._members: dict[str, _Member] = {}
+        self._suspicions: dict[str, _Suspicion] = {}
+        self._probe: _Probe | None = None
+        self._relays: dict[int, _Relay] = {}
+        self._queue = gossip.Queue()
+        self._seq = rng.getrandbits(32)
+        self._probe_order: list[str] = []
+        self._max_packet = config.max_datagram - sealing.OVERHEAD
+        # Spread the first probes of members started together.
+        self._next_probe_at = now + rng.uniform(0, config.probe_interval)
+        self._next_gossip_at = INF
+        self._next_push_pull_at = now + config.push_pull_interval * rng.uniform(0.5, 1.0)
+        self._next_reconnect_at = now + config.reconnect_interval
+        self._next_join_at = INF
+        self._seeds: tuple[m.Address, ...] = ()
+        self._grace_until = -INF
+        self._in_grace = False
+        self._sends: list[Send] = []
+        self._changes: list[Change] = []
+
+    # --- views ---------------------------------------------------------------------------------
+
+    def alive(self) -> frozenset[str]:
+        """Names of the members to treat as live (suspects included), ourselves included."""
+        names = {n for n, mem in self._members.items() if mem.state <= m.State.SUSPECT}
+        if not self.left:
+            names.add(self.name)
+        return frozenset(names)
+
+    def states(self) -> dict[str, m.State]:
+        """Every known member's state, ourselves included."""
+        out = {n: mem.state for n, mem in self._members.items()}
+        out[self.name] = m.State.LEFT if self.left else m.State.ALIVE
+        return out
+
+    def address_of(self, name: str) -> m.Address | None:
+        member = self._members.get(name)
+        return member.address if member else None
+
+    def next_deadline(self) -> float:
+        if self.left:
+            return INF
+        deadlines = [
+            self._next_probe_at,
+            self._next_gossip_at,
+            self._next_push_pull_at,
+            self._next_reconnect_at,
+            self._next_join_at,
+        ]
+        verdicts = [s.deadline() for s in self._suspicions.values()]
+        if self._probe is not None:
+            verdicts.append(self._probe.end_at if self._probe.indirect else self._probe.timeout_at)
+        if verdicts:
+            deadlines.append(max(min(verdicts), self._grace_until))
+        deadlines.extend(r.nack_at for r in self._relays.values())
+        return min(deadlines)
+
+    # --- inputs --------------------------------------------------------------------------------
+
+    def join(self, now: float, seeds: list[m.Address]) -> Output:
+        """Contact seeds (again); retried every join_retry_interval until a member is known."""
+        self._seeds = tuple(s for s in seeds if s != self.address)
+        if self._seeds and not self.left:
+            self._contact_seeds(now)
+        return self._flush()
+
+    def leave(self, now: float) -> Output:
+        """Announce our departure to every member; afterwards the machine is inert."""
+        if self.left:
+            return self._flush()
+        self.left = True
+        goodbye = codec.encode_message(m.Dead(self.incarnation, self.name, self.name))
+        for member in self._members.values():
+            if member.state <= m.State.SUSPECT:
+                self._sends.append(Send(member.address, codec.encode([goodbye])))
+        return self._flush()
+
+    def receive(self, now: float, source: m.Address, messages: tuple[m.Message, ...]) -> Output:
+        if self.left:
+            return self._flush()
+        for message in messages:
+            self._handle(now, source, message)
+        return self._flush()
+
+    def tick(self, now: float) -> Output:
+        if self.left:
+            return self._flush()
+        due = self.next_deadline()
+        if now - due > self.config.lag_tolerance and not self._in_grace:
+            # We woke up late: our own process is slow. Raise awareness and read what is
+            # waiting before judging anyone.
+            self.stats.late_ticks += 1
+            self._raise_awareness(1)
+            self._grace_until = now + self.config.lag_tolerance
+            self._in_grace = True
+        elif now >= self._grace_until:
+            self._in_grace = False
+        judging = now >= self._grace_until
+        for seq, relay in list(self._relays.items()):
+            if relay.nack_at <= now:
+                del self._relays[seq]
+                self._send(relay.requester, [m.Nack(relay.seq)])
+        if judging:
+            self._judge_probe(now)
+            for name, suspicion in list(self._suspicions.items()):
+                if suspicion.deadline() <= now:
+                    self._declare_dead(now, name)
+        if self._next_probe_at <= now:
+            self._start_probe(now)
+        if self._next_gossip_at <= now:
+            self._gossip(now)
+        if self._next_push_pull_at <= now:
+            self._next_push_pull_at = now + self.config.push_pull_interval
+            peers = [n for n, mem in self._members.items() if mem.state == m.State.ALIVE]
+            if peers:
+                self._send_states(self._members[self.rng.choice(peers)].address, reply=True)
+        if self._next_reconnect_at <= now:
+            self._reconnect(now)
+        if self._next_join_at <= now:
+            if any(mem.state == m.State.ALIVE for mem in self._members.values()):
+                self._next_join_at = INF
+            else:
+                self._contact_seeds(now)
+        return self._flush()
+
+    # --- message handling ----------------------------------------------------------------------
+
+    def _handle(self, now: float, source: m.Address, message: m.Message) -> None:
+        match message:
+            case m.Ping(seq, target):
+                if target == self.name:
+                    self._send(source, [m.Ack(seq)])
+            case m.Ack(seq):
+                probe = self._probe
+                if probe is not None and seq == probe.seq:
+                    self._probe = None
+                    self._raise_awareness(-1)
+                elif seq in self._relays:
+                    relay = self._relays.pop(seq)
+                    self._send(relay.requester, [m.Ack(relay.seq)])
+            case m.Nack(seq):
+                if self._probe is not None and seq == self._probe.seq:
+                    self._probe.nacks += 1
+            case m.IndirectPing(seq, target, address):
+                own = self._next_seq()
+                timeout = self.config.probe_timeout * self._scale() * _NACK_RATIO
+                self._relays[own] = _Relay(source, seq, now + timeout)
+                self._send(address, [m.Ping(own, target)])
+            case m.Alive() | m.Suspect() | m.Dead():
+                self._apply(now, message)
+            case m.PushPull(reply, _join, states):
+                for state in states:
+                    self._merge(now, state)
+                if reply:
+                    self._send_states(source, reply=False)
+
+    def _apply(self, now: float, message: m.Gossip) -> None:
+        match message:
+            case m.Alive():
+                self._on_alive(now, message)
+            case m.Suspect():
+                self._on_suspect(now, message)
+            case m.Dead():
+                self._on_dead(now, message)
+
+    def _merge(self, now: float, state: m.MemberState) -> None:
+        if state.state == m.State.ALIVE:
+            self._on_alive(now, m.Alive(state.incarnation, state.name, state.address))
+        elif state.state == m.State.LEFT:
+            self._on_dead(now, m.Dead(state.incarnation, state.name, state.name))
+        else:
+            # Someone else's verdict of death is only a reason to check for ourselves.
+            self._on_suspect(now, m.Suspect(state.incarnation, state.name, ""))
+
+    def _on_alive(self, now: float, message: m.Alive) -> None:
+        if message.name == self.name:
+            newer = message.incarnation > self.incarnation
+            moved = message.incarnation == self.incarnation and message.address != self.address
+            if newer or moved:
+                # An older life of ours is remembered: outbid it.
+                self._refute(now, message.incarnation, "")
+            return
+        member = self._members.get(message.name)
+        if member is None:
+            self._members[message.name] = _Member(
+                message.name, message.address, message.incarnation, m.State.ALIVE, now
+            )
+            self._probe_order.insert(self.rng.randint(0, len(self._probe_order)), message.name)
+            self._changed(message.name)
+            self._queue_put(now, message)
+            return
+        if message.incarnation <= member.incarnation:
+            return
+        previous = member.state
+        member.incarnation = message.incarnation
+        member.address = message.address
+        self._queue_put(now, message)
+        if previous != m.State.ALIVE:
+            member.state = m.State.ALIVE
+            member.since = now
+            if self._suspicions.pop(message.name, None) is not None:
+                self.stats.suspicions_refuted += 1
+            self._changed(message.name)
+
+    def _on_suspect(self, now: float, message: m.Suspect) -> None:
+        if message.name == self.name:
+            if message.incarnation >= self.incarnation:
+                self._refute(now, message.incarnation, message.origin)
+            return
+        member = self._members.get(message.name)
+        if member is None or member.state >= m.State.DEAD:
+            return
+        if message.incarnation < member.incarnation:
+            return
+        if member.state == m.State.SUSPECT:
+            member.incarnation = message.incarnation
+            suspicion = self._suspicions[message.name]
+            if suspicion.confirm(message.origin):
+                self._queue_put(now, message)
+            return
+        n = sum(1 for mem in self._members.values() if mem.state <= m.State.SUSPECT) + 1
+        low, high = cfg.suspicion_bounds(self.config, n)
+        k = min(self.config.suspicion_confirmations, max(n - 2, 0))
+        suspicion = _Suspicion(now, low, high, k)
+        if message.origin:
+            suspicion.seen.add(message.origin)
+        self._suspicions[message.name] = suspicion
+        member.incarnation = message.incarnation
+        member.state = m.State.SUSPECT
+        member.since = now
+        if message.origin == self.name:
+            self.stats.suspicions_raised += 1
+        # Relayed suspicions from a push-pull are re-gossiped under our name so that the
+        # suspected member hears of them and refutes.
+        gossiped = message if message.origin else m.Suspect(message.incarnation, message.name, "")
+        self._queue_put(now, gossiped)
+        self._changed(message.name)
+
+    def _on_dead(self, now: float, message: m.Dead) -> None:
+        if message.name == self.name:
+            if message.incarnation >= self.incarnation:
+                self._refute(now, message.incarnation, "")
+            return
+        member = self._members.get(message.name)
+        if member is None or member.state >= m.State.DEAD:
+            return
+        if message.incarnation < member.incarnation:
+            return
+        member.incarnation = message.incarnation
+        member.state = m.State.LEFT if message.is_leave else m.State.DEAD
+        member.since = now
+        self._suspicions.pop(message.name, None)
+        if self._probe is not None and self._probe.target == message.name:
+            self._probe = None
+        self._queue_put(now, message)
+        self._changed(message.name)
+
+    def _refute(self, now: float, incarnation: int, accuser: str) -> None:
+        self.incarnation = (max(self.incarnation, incarnation) + 1) & _SEQ_MASK
+        self.stats.self_refutations += 1
+        self._raise_awareness(1)
+        alive = m.Alive(self.incarnation, self.name, self.address)
+        self._queue_put(now, alive)
+        member = self._members.get(accuser)
+        if member is not None and member.state <= m.State.SUSPECT:
+            self._send(member.address, [alive])
+
+    def _declare_dead(self, now: float, name: str) -> None:
+        member = self._members[name]
+        self.stats.deaths_declared += 1
+        self._on_dead(now, m.Dead(member.incarnation, name, self.name))
+
+    # --- probing -------------------------------------------------------------------------------
+
+    def _scale(self) -> int:
+        return self.awareness + 1
+
+    def _raise_awareness(self, delta: int) -> None:
+        self.awareness = min(max(self.awareness + delta, 0), self.config.awareness_max - 1)
+
+    def _next_seq(self) -> int:
+        self._seq = (self._seq + 1) & _SEQ_MASK
+        return self._seq
+
+    def _probeable(self, name: str) -> bool:
+        member = self._members.get(name)
+        return member is not None and member.state <= m.State.SUSPECT
+
+    def _start_probe(self, now: float) -> None:
+        interval = self.config.probe_interval * self._scale()
+        self._next_probe_at = now + interval
+        if self._probe is not None:
+            return  # the previous probe is still being judged (a deferred verdict)
+        target = None
+        for _ in range(2):
+            while self._probe_order:
+                candidate = self._probe_order.pop()
+                if self._probeable(candidate):
+                    target = candidate
+                    break
+            if target is not None:
+                break
+            self._probe_order = [n for n in self._members if self._probeable(n)]
+            self.rng.shuffle(self._probe_order)
+        if target is None:
+            return
+        member = self._members[target]
+        seq = self._next_seq()
+        timeout = self.config.probe_timeout * self._scale()
+        self._probe = _Probe(target, seq, now + timeout, now + interval)
+        primary: list[m.Message] = [m.Ping(seq, target)]
+        if member.state == m.State.SUSPECT:
+            primary.append(m.Suspect(member.incarnation, target, self.name))
+        self.stats.probes_sent += 1
+        self._send(member.address, primary)
+
+    def _judge_probe(self, now: float) -> None:
+        probe = self._probe
+        if probe is None:
+            return
+        if not self._probeable(probe.target):
+            self._probe = None
+            return
+        if not probe.indirect:
+            if probe.timeout_at > now:
+                return
+            probe.indirect = True
+            helpers = [
+                n
+                for n, mem in self._members.items()
+                if mem.state == m.State.ALIVE and n != probe.target
+            ]
+            target = self._members[probe.target]
+            for helper in self.rng.sample(helpers, min(self.config.indirect_checks, len(helpers))):
+                probe.expected_nacks += 1
+                self.stats.indirect_probes_sent += 1
+                self._send(
+                    self._members[helper].address,
+                    [m.IndirectPing(probe.seq, probe.target, target.address)],
+                )
+            return
+        if probe.end_at > now:
+            return
+        self._probe = None
+        self.stats.probes_failed += 1
+        if probe.expected_nacks:
+            self._raise_awareness(probe.expected_nacks - probe.nacks)
+        else:
+            self._raise_awareness(1)
+        target = self._members[probe.target]
+        self._on_suspect(now, m.Suspect(target.incarnation, probe.target, self.name))
+
+    # --- dissemination -------------------------------------------------------------------------
+
+    def _queue_put(self, now: float, message: m.Gossip) -> None:
+        self._queue.put(message)
+        self._next_gossip_at = min(self._next_gossip_at, now)
+
+    def _live_count(self) -> int:
+        return sum(1 for mem in self._members.values() if mem.state <= m.State.SUSPECT) + 1
+
+    def _send(self, address: m.Address, primary: list[m.Message]) -> None:
+        encoded = [codec.encode_message(p) for p in primary]
+        used = codec.HEADER_SIZE + sum(len(e) for e in encoded)
+        extra = self._queue.take(
+            self._max_packet - used,
+            cfg.retransmit_limit(self.config, self._live_count()),
+            codec.MAX_MESSAGES - len(encoded),
+        )
+        self._sends.append(Send(address, codec.encode(encoded + extra)))
+
+    def _gossip(self, now: float) -> None:
+        if not self._queue:
+            self._next_gossip_at = INF
+            return
+        candidates = [
+            n
+            for n, mem in self._members.items()
+            if mem.state <= m.State.SUSPECT
+            or (mem.state == m.State.DEAD and now - mem.since < self.config.gossip_to_dead_time)
+        ]
+        targets = self.rng.sample(candidates, min(self.config.gossip_nodes, len(candidates)))
+        for pending in self._queue.pending():
+            # The suspected member must hear of it: it is the one who can refute.
+            suspected = isinstance(pending, m.Suspect) and pending.name not in targets
+            if suspected and self._probeable(pending.name):
+                targets.append(pending.name)
+        limit = cfg.retransmit_limit(self.config, self._live_count())
+        for target in targets:
+            extra = self._queue.take(
+                self._max_packet - codec.HEADER_SIZE, limit, codec.MAX_MESSAGES
+            )
+            if not extra:
+                break
+            self._sends.append(Send(self._members[target].address, codec.encode(extra)))
+        self._next_gossip_at = now + self.config.gossip_interval if self._queue else INF
+
+    def _own_states(self) -> list[bytes]:
+        states = [m.MemberState(self.name, self.address, self.incarnation, m.State.ALIVE)]
+        states.extend(
+            m.MemberState(mem.name, mem.address, mem.incarnation, mem.state)
+            for mem in self._members.values()
+        )
+        return [codec.member_state(s) for s in states]
+
+    def _send_states(self, address: m.Address, *, reply: bool, join: bool = False) -> None:
+        """Our full state, in as many datagrams as it takes (merging is order-free)."""
+        room = self._max_packet - codec.HEADER_SIZE - codec.PUSH_PULL_OVERHEAD
+        chunks: list[list[bytes]] = [[]]
+        size = 0
+        for state in self._own_states():
+            if size + len(state) > room or len(chunks[-1]) == 0xFFFF:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(state)
+            size += len(state)
+        for i, chunk in enumerate(chunks):
+            message = codec.encode_push_pull(reply and i == 0, join, chunk)
+            self._sends.append(Send(address, codec.encode([message])))
+
+    def _contact_seeds(self, now: float) -> None:
+        for seed in self._seeds:
+            self._send_states(seed, reply=True, join=True)
+        self._next_join_at = now + self.config.join_retry_interval
+
+    def _reconnect(self, now: float) -> None:
+        self._next_reconnect_at = now + self.config.reconnect_interval
+        dead = []
+        for name, mem in list(self._members.items()):
+            if mem.state >= m.State.DEAD and now - mem.since > self.config.dead_retention:
+                del self._members[name]
+            elif mem.state == m.State.DEAD:
+                dead.append(mem)
+        if dead:
+            self._send_states(self.rng.choice(dead).address, reply=True)
+
+    def _changed(self, name: str) -> None:
+        member = self._members[name]
+        self._changes.append(Change(name, member.state, member.incarnation, member.address))
+
+    def _flush(self) -> Output:
+        out = Output(tuple(self._sends), tuple(self._changes))
+        self._sends.clear()
+        self._changes.clear()
+        return out
