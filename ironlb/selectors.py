@@ -91,7 +91,7 @@ def parse(
         if not isinstance(key, str) or not key:
             problems.append(problem(f"{where}.key", "is required"))
             continue
-        if op not in OPERATORS:
+        if not isinstance(op, str) or op not in OPERATORS:
             problems.append(
                 problem(f"{where}.operator", f"{op!r} is not one of {', '.join(sorted(OPERATORS))}")
             )
@@ -112,3 +112,62 @@ def parse(
     if problems:
         return None, problems
     return LabelSelector(tuple(sorted(labels)), tuple(requirements)), []
+
+
+def _key_constraints(
+    selector: LabelSelector,
+) -> dict[str, tuple[bool, bool, frozenset[str] | None, frozenset[str]]]:
+    """Per key: (must exist, must be absent, allowed values or None for any, forbidden values)."""
+    out: dict[str, tuple[bool, bool, frozenset[str] | None, frozenset[str]]] = {}
+
+    def add(
+        key: str,
+        exists: bool = False,
+        absent: bool = False,
+        allowed: frozenset[str] | None = None,
+        forbidden: frozenset[str] = frozenset(),
+    ) -> None:
+        e, a, al, fo = out.get(key, (False, False, None, frozenset()))
+        if allowed is not None:
+            al = allowed if al is None else al & allowed
+        out[key] = (e or exists, a or absent, al, fo | forbidden)
+
+    for key, value in selector.match_labels:
+        add(key, exists=True, allowed=frozenset({value}))
+    for r in selector.match_expressions:
+        if r.operator == "In":
+            add(r.key, exists=True, allowed=r.values)
+        elif r.operator == "NotIn":
+            add(r.key, forbidden=r.values)
+        elif r.operator == "Exists":
+            add(r.key, exists=True)
+        else:
+            add(r.key, absent=True)
+    return out
+
+
+def disjoint(a: LabelSelector, b: LabelSelector) -> bool:
+    """True when no label set can match both: proven key by key, never by enumeration.
+
+    Label values are arbitrary strings, so a key's combined constraint is unsatisfiable only when
+    it must both exist and be absent, or when the values it may take (from matchLabels / In) are
+    all excluded. Keys are independent, so one unsatisfiable key makes the pair disjoint, and if
+    no key is, some label set matches both: the answer is exact.
+    """
+    ca, cb = _key_constraints(a), _key_constraints(b)
+    for key in ca.keys() | cb.keys():
+        ea, aa, ala, foa = ca.get(key, (False, False, None, frozenset()))
+        eb, ab, alb, fob = cb.get(key, (False, False, None, frozenset()))
+        exists, absent = ea or eb, aa or ab
+        allowed = ala if alb is None else (alb if ala is None else ala & alb)
+        forbidden = foa | fob
+        if exists and absent:
+            return True
+        if allowed is not None and (absent or not allowed - forbidden):
+            return True
+    return False
+
+
+def lists_disjoint(a: tuple[LabelSelector, ...], b: tuple[LabelSelector, ...]) -> bool:
+    """Disjointness of two OR-ed selector lists (an empty list selects everything)."""
+    return all(disjoint(x, y) for x in (a or (EVERYTHING,)) for y in (b or (EVERYTHING,)))
