@@ -1,0 +1,184 @@
+"""What a Service asks of the allocator, read from its annotations and spec (pure parsing).
+
+The kopf shell hands us raw strings; this module turns them into addresses, families and keys with
+MetalLB's precedence rules (`metallb.io/*` wins over `metallb.universe.tf/*`, an annotation that is
+present but empty counts as absent for IPs and pools but as a sharing key of "" for sharing) and
+MetalLB's error texts, so that Events read the same as MetalLB's. Errors are returned, not raised:
+a user can write any string into an annotation.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ironlb import addresses
+
+ANNOTATION_LOAD_BALANCER_IPS = "metallb.io/loadBalancerIPs"
+ANNOTATION_ADDRESS_POOL = "metallb.io/address-pool"
+ANNOTATION_ALLOW_SHARED_IP = "metallb.io/allow-shared-ip"
+ANNOTATION_ALLOCATED_FROM_POOL = "metallb.io/ip-allocated-from-pool"
+DEPRECATED_LOAD_BALANCER_IPS = "metallb.universe.tf/loadBalancerIPs"
+DEPRECATED_ADDRESS_POOL = "metallb.universe.tf/address-pool"
+DEPRECATED_ALLOW_SHARED_IP = "metallb.universe.tf/allow-shared-ip"
+
+
+class ServiceFamily(enum.Enum):
+    """The family of a set of addresses: a Service's cluster IPs or its load-balancer IPs."""
+
+    IPV4 = "ipv4"
+    IPV6 = "ipv6"
+    DUAL = "dual"
+    # Cluster IPs are present but say nothing usable (two of one family, three, garbage).
+    UNKNOWN = "unknown"
+
+
+class FamilyPolicy(enum.Enum):
+    """`spec.ipFamilyPolicy`; an unset policy behaves as SingleStack, as in MetalLB."""
+
+    SINGLE_STACK = "SingleStack"
+    PREFER_DUAL_STACK = "PreferDualStack"
+    REQUIRE_DUAL_STACK = "RequireDualStack"
+
+    @classmethod
+    def parse(cls, value: str | None) -> FamilyPolicy:
+        for policy in cls:
+            if policy.value == value:
+                return policy
+        return cls.SINGLE_STACK
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedIPs:
+    """The addresses a Service asks for explicitly; `error` set when the request is unusable."""
+
+    ips: tuple[addresses.IPAddress, ...] = ()
+    family: ServiceFamily | None = None
+    error: str | None = None
+
+
+NOTHING_REQUESTED = RequestedIPs()
+
+
+def parse_ip(text: str) -> addresses.IPAddress | None:
+    """Parse one address the way Go's net.ParseIP does (an IPv4-mapped IPv6 address is IPv4)."""
+    text = text.strip()
+    if not text or "%" in text:  # Go rejects zones; Python would accept "fe80::1%eth0"
+        return None
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _quote_list(texts: Sequence[str]) -> str:
+    """Go's %q of a []string: ["a" "b"]."""
+    return "[" + " ".join(f'"{t}"' for t in texts) + "]"
+
+
+def family_of(ips: Sequence[addresses.IPAddress]) -> tuple[ServiceFamily, str | None]:
+    """MetalLB's ipfamily.ForAddresses: one address, or one of each family."""
+    texts = [str(ip) for ip in ips]
+    if len(ips) == 1:
+        return (ServiceFamily.IPV4 if ips[0].version == 4 else ServiceFamily.IPV6), None
+    if len(ips) == 2:
+        if ips[0].version == ips[1].version:
+            return ServiceFamily.UNKNOWN, f"same address family {_quote_list(texts)}"
+        return ServiceFamily.DUAL, None
+    return ServiceFamily.UNKNOWN, f"invalid ips length {len(ips)} {_quote_list(texts)}"
+
+
+def cluster_family(
+    cluster_ips: Sequence[str], cluster_ip: str | None = None
+) -> ServiceFamily | None:
+    """The family of `spec.clusterIPs` (falling back to `spec.clusterIP`); None when neither is set.
+
+    Family comes from the cluster IPs, not from `spec.ipFamilies` (MetalLB's ForService).
+    """
+    texts = list(cluster_ips) if cluster_ips else ([cluster_ip] if cluster_ip else [])
+    if not texts:
+        return None
+    parsed = [parse_ip(t) for t in texts]
+    valid = [ip for ip in parsed if ip is not None]
+    if len(valid) != len(parsed):
+        return ServiceFamily.UNKNOWN
+    return family_of(valid)[0]
+
+
+def primary_family(ip_families: Sequence[str]) -> addresses.Family:
+    """`spec.ipFamilies[0]`, which only breaks PreferDualStack ties; IPv4 unless it says IPv6."""
+    return 6 if ip_families and ip_families[0] == "IPv6" else 4
+
+
+def _annotation(annotations: Mapping[str, str], key: str, deprecated: str) -> str | None:
+    if key in annotations:
+        return annotations[key]
+    return annotations.get(deprecated)
+
+
+def requested_pool(annotations: Mapping[str, str]) -> str | None:
+    """`metallb.io/address-pool` (or its deprecated spelling); empty means no pool asked for."""
+    return _annotation(annotations, ANNOTATION_ADDRESS_POOL, DEPRECATED_ADDRESS_POOL) or None
+
+
+def sharing_key(annotations: Mapping[str, str]) -> str | None:
+    """`metallb.io/allow-shared-ip`; None when absent. An empty value allows no sharing either."""
+    return _annotation(annotations, ANNOTATION_ALLOW_SHARED_IP, DEPRECATED_ALLOW_SHARED_IP)
+
+
+def backend_key(selector: Mapping[str, str] | None, external_traffic_policy: str | None) -> str:
+    """Services with ETP Local may share an address only with identical selectors."""
+    if external_traffic_policy != "Local":
+        return ""
+    return ",".join(f"{k}={v}" for k, v in sorted((selector or {}).items()))
+
+
+def requested_ips(
+    annotations: Mapping[str, str], spec_load_balancer_ip: str | None = None
+) -> RequestedIPs:
+    """The explicit address request: `metallb.io/loadBalancerIPs` or `spec.loadBalancerIP`.
+
+    Errors carry MetalLB's texts: both set, an unparsable entry, two of one family, three or more.
+    """
+    annotated = (
+        _annotation(annotations, ANNOTATION_LOAD_BALANCER_IPS, DEPRECATED_LOAD_BALANCER_IPS) or ""
+    )
+    spec = spec_load_balancer_ip or ""
+    if not annotated and not spec:
+        return RequestedIPs()
+    if annotated and spec:
+        return RequestedIPs(
+            error=f"service can not have both {ANNOTATION_LOAD_BALANCER_IPS} and "
+            "svc.Spec.LoadBalancerIP"
+        )
+    if annotated:
+        ips: list[addresses.IPAddress] = []
+        for part in annotated.split(","):
+            ip = parse_ip(part)
+            if ip is None:
+                return RequestedIPs(error=f'invalid {ANNOTATION_LOAD_BALANCER_IPS}: "{annotated}"')
+            ips.append(ip)
+        family, error = family_of(ips)
+        if error is not None:
+            return RequestedIPs(error=error)
+        return RequestedIPs(tuple(ips), family)
+    ip = parse_ip(spec)
+    if ip is None:
+        return RequestedIPs(error=f'invalid spec.loadBalancerIP "{spec}"')
+    return RequestedIPs((ip,), family_of([ip])[0])
+
+
+def ingress_ips(entries: Sequence[Mapping[str, str]]) -> tuple[addresses.IPAddress, ...]:
+    """The addresses in `status.loadBalancer.ingress`; hostname-only and unparsable entries are
+    skipped (MetalLB ignores hostname entries; a mangled address cannot be re-asserted anyway)."""
+    found: list[addresses.IPAddress] = []
+    for entry in entries:
+        ip = parse_ip(entry.get("ip") or "")
+        if ip is not None:
+            found.append(ip)
+    return tuple(found)
