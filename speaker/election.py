@@ -1,0 +1,124 @@
+"""Which node answers ARP/NDP for an address: a stateless election every speaker computes alike.
+
+No lock and no lease: every speaker sorts the same eligible nodes the same way and the first one
+owns the address. The order is MetalLB's (`sortL2Candidates`): a higher preferredNodeSelectors
+score first, then the smallest SHA-256 of `node_name + "#" + address`, with the address printed
+canonically (as Go prints it) so that "10.0.0.01"-style spellings and IPv6 case cannot split the
+vote. Hashing per (node, address) spreads addresses over nodes and moves only the addresses of a
+node that disappears. Services sharing an address must call this once per address.
+
+Eligibility (design.md, metallb-behaviour.md §4.1 step 5-6): a live speaker, not
+NetworkUnavailable, not labelled exclude-from-external-load-balancers, selected by some
+L2Advertisement that applies, and for `externalTrafficPolicy: Local` hosting a serving endpoint.
+Liveness comes from membership; without it, from the Node Ready condition (`ready_nodes`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ironlb import model
+
+EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    labels: model.Labels = ()
+    network_unavailable: bool = False
+
+
+def canonical(address: str) -> str:
+    """The address as Go's net.IP.String() prints it (IPv4-mapped IPv6 as dotted quad)."""
+    ip = ipaddress.ip_address(address.strip())
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
+def _hash(node: str, address: str) -> bytes:
+    return hashlib.sha256(f"{node}#{address}".encode()).digest()
+
+
+def order(address: str, nodes: Iterable[str], scores: Mapping[str, int] | None = None) -> list[str]:
+    """Candidates, best first."""
+    ip = canonical(address)
+    weights = scores or {}
+    return sorted(set(nodes), key=lambda n: (-weights.get(n, 0), _hash(n, ip)))
+
+
+def owner(
+    address: str, eligible_nodes: Iterable[str], scores: Mapping[str, int] | None = None
+) -> str | None:
+    """The node that announces address, or None when no node is eligible."""
+    ranked = order(address, eligible_nodes, scores)
+    return ranked[0] if ranked else None
+
+
+def _selected(ad: model.L2Advertisement, labels: Mapping[str, str]) -> bool:
+    return not ad.node_selectors or any(s.matches(labels) for s in ad.node_selectors)
+
+
+def eligible(
+    nodes: Iterable[NodeInfo],
+    alive: frozenset[str],
+    ads: Sequence[model.L2Advertisement],
+    *,
+    endpoint_nodes: frozenset[str] | None = None,
+    ignore_exclude_label: bool = False,
+) -> frozenset[str]:
+    """Names of the nodes that may announce a service's address.
+
+    ads are the L2Advertisements that apply to the service (its pool, its labels);
+    endpoint_nodes, for externalTrafficPolicy Local, the nodes hosting a serving endpoint.
+    """
+    out: set[str] = set()
+    for node in nodes:
+        labels = model.label_map(node.labels)
+        if node.name not in alive or node.network_unavailable:
+            continue
+        if EXCLUDE_LABEL in labels and not ignore_exclude_label:
+            continue
+        if not any(_selected(ad, labels) for ad in ads):
+            continue
+        if endpoint_nodes is not None and node.name not in endpoint_nodes:
+            continue
+        out.add(node.name)
+    return frozenset(out)
+
+
+def scores(nodes: Iterable[NodeInfo], ads: Sequence[model.L2Advertisement]) -> dict[str, int]:
+    """Preference per node: the weights of matching preferredNodeSelectors, summed over ads.
+
+    An advertisement's preferences count only for nodes its nodeSelectors select.
+    """
+    out: dict[str, int] = {}
+    for node in nodes:
+        labels = model.label_map(node.labels)
+        total = 0
+        for ad in ads:
+            if _selected(ad, labels):
+                total += sum(
+                    p.weight for p in ad.preferred_node_selectors if p.preference.matches(labels)
+                )
+        if total:
+            out[node.name] = total
+    return out
+
+
+def ready(conditions: Sequence[Mapping[str, object]] | None) -> bool:
+    """Whether a Node's status.conditions say Ready=True (Unknown and missing are not ready)."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions or ())
+
+
+def ready_nodes(conditions: Mapping[str, Sequence[Mapping[str, object]] | None]) -> frozenset[str]:
+    """Liveness without membership: the nodes whose Ready condition is True.
+
+    Slower than membership (the node lifecycle controller needs ~40 s to mark a silent node
+    NotReady) but every speaker still reads the same answer from the API.
+    """
+    return frozenset(name for name, conds in conditions.items() if ready(conds))

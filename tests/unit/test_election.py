@@ -1,0 +1,178 @@
+"""The L2 election: MetalLB's verified order, eligibility rules, and agreement over random views."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ironlb import model, selectors
+from speaker import election
+
+
+def selector(**labels: str) -> selectors.LabelSelector:
+    return selectors.LabelSelector(tuple(sorted(labels.items())))
+
+
+def ad(
+    name: str = "ad",
+    nodes: tuple[selectors.LabelSelector, ...] = (),
+    preferred: tuple[tuple[int, selectors.LabelSelector], ...] = (),
+) -> model.L2Advertisement:
+    return model.L2Advertisement(
+        name=model.L2AdvertisementName(name),
+        node_selectors=nodes,
+        preferred_node_selectors=tuple(
+            model.PreferredNodeSelector(weight=w, preference=p) for w, p in preferred
+        ),
+    )
+
+
+def node(name: str, **labels: str) -> election.NodeInfo:
+    return election.NodeInfo(name, tuple(sorted(labels.items())))
+
+
+# metallb-behaviour.md §4.1, matching TestSortL2Candidates and TestShouldAnnounceEPSlices.
+@pytest.mark.parametrize(
+    ("candidates", "ip", "weights", "expected"),
+    [
+        (["node-a", "node-b", "node-c"], "10.0.0.1", {}, ["node-b", "node-a", "node-c"]),
+        (["node-a", "node-b", "node-c"], "10.0.0.2", {}, ["node-b", "node-c", "node-a"]),
+        (["node-a", "node-b"], "10.20.30.1", {"node-a": 100, "node-b": 100}, ["node-b", "node-a"]),
+        (
+            ["edge-a", "edge-b", "worker-a"],
+            "10.20.30.1",
+            {"edge-a": 100, "edge-b": 100},
+            ["edge-b", "edge-a", "worker-a"],
+        ),
+        (["iris1", "iris2"], "10.20.30.1", {}, ["iris2", "iris1"]),
+        (["iris1", "iris2"], "10.20.30.2", {}, ["iris1", "iris2"]),
+    ],
+)
+def test_verified_vectors(
+    candidates: list[str], ip: str, weights: dict[str, int], expected: list[str]
+) -> None:
+    assert election.order(ip, candidates, weights) == expected
+    assert election.owner(ip, candidates, weights) == expected[0]
+
+
+def test_single_preferred_node_wins_over_hash() -> None:
+    nodes = ["edge-a", "edge-b", "worker-a", "worker-b"]
+    assert election.order("10.20.30.1", nodes, {"edge-a": 100})[0] == "edge-a"
+
+
+def test_order_is_the_documented_hash() -> None:
+    nodes = [f"n{i}" for i in range(10)]
+    ip = "192.0.2.7"
+    by_hash = sorted(nodes, key=lambda n: hashlib.sha256(f"{n}#{ip}".encode()).digest())
+    assert election.order(ip, nodes) == by_hash
+
+
+def test_no_eligible_node_means_no_owner() -> None:
+    assert election.owner("10.0.0.1", []) is None
+
+
+def test_address_spelling_does_not_change_the_owner() -> None:
+    nodes = [f"n{i}" for i in range(20)]
+    assert election.owner("2001:DB8::1", nodes) == election.owner("2001:db8:0:0::1", nodes)
+    assert election.owner("::ffff:10.0.0.1", nodes) == election.owner("10.0.0.1", nodes)
+    assert election.canonical("2001:DB8:0::1") == "2001:db8::1"
+
+
+def test_removing_a_non_owner_keeps_the_owner() -> None:
+    nodes = [f"n{i}" for i in range(8)]
+    winner = election.owner("10.1.1.1", nodes)
+    for other in nodes:
+        if other != winner:
+            assert election.owner("10.1.1.1", [n for n in nodes if n != other]) == winner
+
+
+def test_eligibility_rules() -> None:
+    nodes = [
+        node("a", zone="x"),
+        node("b", zone="y"),
+        node("c", zone="x", **{election.EXCLUDE_LABEL: ""}),
+        election.NodeInfo("d", (("zone", "x"),), network_unavailable=True),
+        node("e", zone="x"),
+    ]
+    alive = frozenset({"a", "b", "c", "d"})
+    everywhere = [ad()]
+    assert election.eligible(nodes, alive, everywhere) == {"a", "b"}
+    assert election.eligible(nodes, alive, everywhere, ignore_exclude_label=True) == {"a", "b", "c"}
+    only_x = [ad(nodes=(selector(zone="x"),))]
+    assert election.eligible(nodes, alive, only_x) == {"a"}
+    # Advertisements are OR-ed: computed over all of them, so every speaker gets the same set.
+    assert election.eligible(nodes, alive, [*only_x, ad(nodes=(selector(zone="y"),))]) == {"a", "b"}
+    assert election.eligible(nodes, alive, everywhere, endpoint_nodes=frozenset({"b"})) == {"b"}
+    assert election.eligible(nodes, alive, []) == frozenset()
+
+
+def test_preference_scores_sum_over_ads_and_need_node_selection() -> None:
+    nodes = [node("a", tier="edge"), node("b", tier="edge", zone="x"), node("c")]
+    ads = [
+        ad("one", preferred=((70, selector(tier="edge")),)),
+        ad("two", preferred=((30, selector(zone="x")),)),
+        ad("three", nodes=(selector(zone="nowhere"),), preferred=((50, selector(tier="edge")),)),
+    ]
+    assert election.scores(nodes, ads) == {"a": 70, "b": 100}
+    eligible = election.eligible(nodes, frozenset({"a", "b", "c"}), ads)
+    assert election.owner("10.20.30.1", eligible, election.scores(nodes, ads)) == "b"
+
+
+def test_ready_fallback() -> None:
+    conditions = {
+        "a": [{"type": "Ready", "status": "True"}],
+        "b": [{"type": "Ready", "status": "Unknown"}],
+        "c": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "False"}],
+        "d": None,
+        "e": [
+            {"type": "NetworkUnavailable", "status": "False"},
+            {"type": "Ready", "status": "True"},
+        ],
+    }
+    assert election.ready_nodes(conditions) == {"a", "e"}
+
+
+names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
+ips = st.one_of(
+    st.ip_addresses(v=4).map(str),
+    st.ip_addresses(v=6).map(str),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    view=st.lists(names, min_size=1, max_size=12, unique=True),
+    ip=ips,
+    weights=st.dictionaries(names, st.integers(0, 300), max_size=6),
+    seed=st.integers(0, 2**32),
+)
+def test_every_node_elects_the_same_owner_for_the_same_view(
+    view: list[str], ip: str, weights: dict[str, int], seed: int
+) -> None:
+    rng = random.Random(seed)
+    answers = set()
+    for _ in range(5):  # each speaker sees the same set in its own order
+        shuffled = view[:]
+        rng.shuffle(shuffled)
+        answers.add(election.owner(ip, shuffled, weights))
+    assert len(answers) == 1
+    (winner,) = answers
+    assert winner in view
+    best = max(weights.get(n, 0) for n in view)
+    assert weights.get(winner, 0) == best
+
+
+@settings(max_examples=200, deadline=None)
+@given(view=st.lists(names, min_size=2, max_size=12, unique=True), ip=ips, data=st.data())
+def test_losing_the_owner_moves_only_to_the_runner_up(
+    view: list[str], ip: str, data: st.DataObject
+) -> None:
+    ranked = election.order(ip, view)
+    assert election.owner(ip, ranked[1:]) == ranked[1]
+    gone = data.draw(st.sampled_from(view))
+    if gone != ranked[0]:
+        assert election.owner(ip, [n for n in view if n != gone]) == ranked[0]
