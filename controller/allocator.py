@@ -500,7 +500,9 @@ class Allocator:
             return AllocError(Reason.BAD_ADDRESSES, f'"{ips[0]}" "{ips[1]}" has the same family')
         addrs = tuple(_addr(ip) for ip in ips)
         held = self._held.get(service.key)
-        prefer = (held.pool if held else None, service.requested_pool)
+        # Only overlapping pools (MetalLB's tests) give a choice: the pool asked for, else the
+        # one already recorded, so that re-asserting never moves a Service between pools.
+        prefer = (service.requested_pool, held.pool if held else None)
         home = self._home(addrs, prefer, service)
         if home is None:
             return AllocError(Reason.NOT_IN_ANY_POOL, self._not_in_pool_message(ips))
@@ -875,6 +877,13 @@ def converge(allocator: Allocator, service: ServiceRequest) -> Decision:
     ):
         reprocess = True
     return dataclasses.replace(decision, reprocess_all=reprocess)
+
+
+def reprocess_order(services: Iterable[ServiceRequest]) -> list[ServiceRequest]:
+    """The order of a reprocess-all pass: Services holding more addresses first, so that after a
+    restart or a config change they re-claim their addresses before pending ones are allocated
+    (MetalLB's service_controller_reload); then by key, for determinism."""
+    return sorted(services, key=lambda s: (-len(s.current_ips), s.key))
 
 
 def _family_changed(
