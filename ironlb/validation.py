@@ -19,6 +19,7 @@ conservative (a node that might exist tomorrow counts) and independent of cluste
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -175,7 +176,9 @@ def _duplicate_peers(peers: tuple[model.BGPPeer, ...]) -> list[Problem]:
 # --- BGP advertisements -------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=4096)
 def _widest_prefix(r: addresses.AddressRange) -> int:
+    """Prefix length of the widest CIDR in the range's minimal summary (a pure, cached fact)."""
     return min(n.prefixlen for n in r.networks())
 
 
@@ -236,16 +239,24 @@ def _compatible_local_pref(
 def _local_pref_conflicts(config: model.Config) -> list[Problem]:
     """Ads with serviceSelectors are exempt: the speaker checks those per service at announce."""
     problems: list[Problem] = []
-    reported: set[tuple[str, str]] = set()
+    candidates = [ad for ad in config.bgp_advertisements if not ad.service_selectors]
+    # The verdict on a pair depends on the pool only through its address families, so it is
+    # computed once per (pair, families), not once per pool: pools are many, ads are few.
+    verdicts: dict[tuple[int, int, frozenset[addresses.Family]], bool] = {}
+    reported: set[tuple[int, int]] = set()
     for pool in config.pools:
-        ads = [
-            ad for ad in config.bgp_advertisements if not ad.service_selectors and ad.selects(pool)
-        ]
-        for i, a in enumerate(ads):
-            for b in ads[i + 1 :]:
-                if (a.name, b.name) in reported or _compatible_local_pref(a, b, pool):
+        families = pool.families
+        selecting = [(n, ad) for n, ad in enumerate(candidates) if ad.selects(pool)]
+        for i, (na, a) in enumerate(selecting):
+            for nb, b in selecting[i + 1 :]:
+                if (na, nb) in reported or a.local_pref == b.local_pref:
                     continue
-                reported.add((a.name, b.name))
+                key = (na, nb, families)
+                if key not in verdicts:
+                    verdicts[key] = _compatible_local_pref(a, b, pool)
+                if verdicts[key]:
+                    continue
+                reported.add((na, nb))
                 for mine, theirs in ((a, b), (b, a)):
                     problems.append(
                         Problem(

@@ -440,6 +440,18 @@ def test_local_pref_rule(objects: list[dict[str, Any]], conflict: bool) -> None:
         assert problems == []
 
 
+def test_local_pref_verdict_depends_on_each_pools_families() -> None:
+    # Compatible on the v4-only pool (v4 lengths differ), in conflict on the dual-stack one.
+    problems = problems_of(
+        pool("p4", "10.0.0.0/24"),
+        pool("q", "10.1.0.0/24", "fd00::/120"),
+        bgpadv("a", localPref=100),
+        bgpadv("b", localPref=200, aggregationLength=24),
+    )
+    assert {p.name for p in problems} == {"a", "b"}
+    assert all("IPAddressPool 'q'" in p.message for p in problems)
+
+
 def test_local_pref_conflict_reported_once_per_pair() -> None:
     problems = problems_of(
         pool("p", "10.0.0.0/24"),
