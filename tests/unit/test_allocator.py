@@ -193,10 +193,10 @@ def run(scenario: Scenario, pools: tuple[allocator.Pool, ...] | None = None) -> 
             case Counts(pool_name, assigned, available):
                 counters = a.counters(pool_name)
                 assert counters is not None, where
-                got = (counters.assigned_ipv4, counters.assigned_ipv6)
-                assert got == assigned, f"{where}: assigned {got}"
-                got = (counters.available_ipv4, counters.available_ipv6)
-                assert got == available, f"{where}: available {got}"
+                used = (counters.assigned_ipv4, counters.assigned_ipv6)
+                assert used == assigned, f"{where}: assigned {used}"
+                free = (counters.available_ipv4, counters.available_ipv6)
+                assert free == available, f"{where}: available {free}"
 
 
 # --- Fixture A (TestAssignment) -----------------------------------------------------------------
