@@ -1,0 +1,1 @@
+"""Developer and lab tooling: local control plane, network lab, demo."""
