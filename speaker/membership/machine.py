@@ -95,6 +95,8 @@ class _Suspicion:
     k: int
     seen: set[str] = field(default_factory=set)
     confirmations: int = 0
+    # When to remind the suspect again: it is the one who can end this.
+    nudge_at: float = INF
 
     def deadline(self) -> float:
         return self.start + cfg.lifeguard_timeout(self.low, self.high, self.k, self.confirmations)
@@ -192,6 +194,7 @@ class Machine:
             self._next_join_at,
         ]
         verdicts = [s.deadline() for s in self._suspicions.values()]
+        deadlines.extend(s.nudge_at for s in self._suspicions.values())
         if self._probe is not None:
             verdicts.append(self._probe.end_at if self._probe.indirect else self._probe.timeout_at)
         if verdicts:
@@ -249,6 +252,7 @@ class Machine:
             for name, suspicion in list(self._suspicions.items()):
                 if suspicion.deadline() <= now:
                     self._declare_dead(now, name)
+        self._nudge_suspects(now)
         if self._next_probe_at <= now:
             self._start_probe(now)
         if self._next_gossip_at <= now:
@@ -291,21 +295,21 @@ class Machine:
                 self._relays[own] = _Relay(source, seq, now + timeout)
                 self._send(address, [m.Ping(own, target)])
             case m.Alive() | m.Suspect() | m.Dead():
-                self._apply(now, message)
+                self._apply(now, message, source)
             case m.PushPull(reply, _join, states):
                 for state in states:
                     self._merge(now, state)
                 if reply:
                     self._send_states(source, reply=False)
 
-    def _apply(self, now: float, message: m.Gossip) -> None:
+    def _apply(self, now: float, message: m.Gossip, source: m.Address | None) -> None:
         match message:
             case m.Alive():
                 self._on_alive(now, message)
             case m.Suspect():
-                self._on_suspect(now, message)
+                self._on_suspect(now, message, source)
             case m.Dead():
-                self._on_dead(now, message)
+                self._on_dead(now, message, source)
 
     def _merge(self, now: float, state: m.MemberState) -> None:
         if state.state == m.State.ALIVE:
@@ -346,10 +350,9 @@ class Machine:
                 self.stats.suspicions_refuted += 1
             self._changed(message.name)
 
-    def _on_suspect(self, now: float, message: m.Suspect) -> None:
+    def _on_suspect(self, now: float, message: m.Suspect, source: m.Address | None = None) -> None:
         if message.name == self.name:
-            if message.incarnation >= self.incarnation:
-                self._refute(now, message.incarnation, message.origin)
+            self._about_us(now, message.incarnation, message.origin, source)
             return
         member = self._members.get(message.name)
         if member is None or member.state >= m.State.DEAD:
@@ -365,7 +368,7 @@ class Machine:
         n = sum(1 for mem in self._members.values() if mem.state <= m.State.SUSPECT) + 1
         low, high = cfg.suspicion_bounds(self.config, n)
         k = min(self.config.suspicion_confirmations, max(n - 2, 0))
-        suspicion = _Suspicion(now, low, high, k)
+        suspicion = _Suspicion(now, low, high, k, nudge_at=now + self.config.gossip_interval)
         if message.origin:
             suspicion.seen.add(message.origin)
         self._suspicions[message.name] = suspicion
@@ -380,10 +383,9 @@ class Machine:
         self._queue_put(now, gossiped)
         self._changed(message.name)
 
-    def _on_dead(self, now: float, message: m.Dead) -> None:
+    def _on_dead(self, now: float, message: m.Dead, source: m.Address | None = None) -> None:
         if message.name == self.name:
-            if message.incarnation >= self.incarnation:
-                self._refute(now, message.incarnation, "")
+            self._about_us(now, message.incarnation, message.origin, source)
             return
         member = self._members.get(message.name)
         if member is None or member.state >= m.State.DEAD:
@@ -399,15 +401,43 @@ class Machine:
         self._queue_put(now, message)
         self._changed(message.name)
 
-    def _refute(self, now: float, incarnation: int, accuser: str) -> None:
+    def _about_us(
+        self, now: float, incarnation: int, accuser: str, source: m.Address | None
+    ) -> None:
+        """Somebody suspects us or thinks us dead."""
+        if incarnation >= self.incarnation:
+            self._refute(now, incarnation, accuser, source)
+        elif source is not None:
+            # Already refuted, but this sender has not heard: tell it directly.
+            self._send(source, [m.Alive(self.incarnation, self.name, self.address)])
+
+    def _refute(
+        self, now: float, incarnation: int, accuser: str, source: m.Address | None = None
+    ) -> None:
         self.incarnation = (max(self.incarnation, incarnation) + 1) & _SEQ_MASK
         self.stats.self_refutations += 1
         self._raise_awareness(1)
         alive = m.Alive(self.incarnation, self.name, self.address)
         self._queue_put(now, alive)
         member = self._members.get(accuser)
+        direct = {source} if source is not None else set()
         if member is not None and member.state <= m.State.SUSPECT:
-            self._send(member.address, [alive])
+            direct.add(member.address)
+        for address in direct:
+            self._send(address, [alive])
+
+    def _nudge_suspects(self, now: float) -> None:
+        """Remind each suspect that we suspect it, until it refutes or dies.
+
+        Gossip alone may never carry its refutation to us (each update is retransmitted a
+        bounded number of times); asking the suspect directly every gossip_interval makes a
+        false death need the loss of every one of those exchanges.
+        """
+        for name, suspicion in self._suspicions.items():
+            if suspicion.nudge_at <= now:
+                suspicion.nudge_at = now + self.config.gossip_interval
+                member = self._members[name]
+                self._send(member.address, [m.Suspect(member.incarnation, name, self.name)])
 
     def _declare_dead(self, now: float, name: str) -> None:
         member = self._members[name]

@@ -25,6 +25,8 @@ class SimNode:
     running: bool = True
     # Extra latency applied to everything this node processes: a CPU-starved member.
     lag: float = 0.0
+    # Extra latency on its incoming packets only: a receive backlog, timers still on time.
+    inbound_lag: float = 0.0
     token: int = 0
     scheduled: float = float("inf")
     log: list[tuple[float, machine.Change]] = field(default_factory=list)
@@ -138,7 +140,8 @@ class Network:
                 continue
             if self.rng.random() < self.loss:
                 continue
-            latency = self.rng.uniform(*self.delay) + self.nodes[target].lag
+            receiver = self.nodes[target]
+            latency = self.rng.uniform(*self.delay) + receiver.lag + receiver.inbound_lag
             self._push(self.now + latency, "packet", (node.address, target, send.packet))
         deadline = node.machine.next_deadline()
         if deadline != node.scheduled and deadline != float("inf"):
@@ -171,3 +174,25 @@ class Network:
             for name, node in self.nodes.items()
             if any(c.name == subject and c.state in gone for _, c in node.log)
         ]
+
+
+def restart(network: Network, name: str, seeds: Iterable[str]) -> SimNode:
+    """A fresh process for an existing member: same name and address, no memory."""
+    old = network.nodes[name]
+    old.token += 1  # cancel its pending tick
+    node = SimNode(
+        name,
+        old.address,
+        machine.Machine(
+            network.config,
+            name,
+            old.address,
+            random.Random(network.rng.getrandbits(64)),
+            network.now,
+        ),
+        log=old.log,
+        token=old.token,
+    )
+    network.nodes[name] = node
+    network._apply(node, node.machine.join(network.now, [network.nodes[s].address for s in seeds]))
+    return node

@@ -1,0 +1,259 @@
+"""The state machine, one exchange at a time: probes, helpers, suspicion, refutation, leave."""
+
+from __future__ import annotations
+
+import random
+
+from speaker.membership import codec, machine
+from speaker.membership import config as cfg
+from speaker.membership import messages as m
+
+CONFIG = cfg.DEFAULT
+
+
+def address(i: int) -> m.Address:
+    return m.Address(f"10.0.0.{i}", 7946)
+
+
+def make(name: str, i: int, now: float = 0.0, config: cfg.Config = CONFIG) -> machine.Machine:
+    return machine.Machine(config, name, address(i), random.Random(i), now)
+
+
+def messages(send: machine.Send) -> tuple[m.Message, ...]:
+    result = codec.decode(send.packet)
+    assert not isinstance(result, codec.Drop)
+    return result
+
+
+def primary(output: machine.Output, kind: type) -> list[tuple[m.Address, m.Message]]:
+    return [(s.address, x) for s in output.sends for x in messages(s) if isinstance(x, kind)]
+
+
+def know(member: machine.Machine, *others: tuple[str, int]) -> None:
+    member.receive(0.0, address(99), tuple(m.Alive(0, n, address(i)) for n, i in others))
+
+
+def test_ping_for_us_is_acked_ping_for_someone_else_is_not() -> None:
+    a = make("a", 1)
+    out = a.receive(0.0, address(2), (m.Ping(42, "a"),))
+    assert primary(out, m.Ack) == [(address(2), m.Ack(42))]
+    assert primary(a.receive(0.0, address(2), (m.Ping(43, "z"),)), m.Ack) == []
+
+
+def test_silent_target_gets_indirect_probes_then_suspicion() -> None:
+    a = make("a", 1)
+    know(a, ("b", 2), ("c", 3), ("d", 4), ("e", 5))
+    pings: list[tuple[m.Address, m.Message]] = []
+    while not pings:
+        sent_at = a.next_deadline()
+        pings = primary(a.tick(sent_at), m.Ping)
+    (ping_to, ping) = pings[0]
+    assert isinstance(ping, m.Ping)
+    target = ping.target
+    # Nothing until the probe timeout, then k indirect probes to other members.
+    indirect: list[tuple[m.Address, m.Message]] = []
+    while not indirect:
+        now = a.next_deadline()
+        indirect = primary(a.tick(now), m.IndirectPing)
+    assert now - sent_at >= CONFIG.probe_timeout
+    assert len(indirect) == CONFIG.indirect_checks
+    assert all(x.target == target and x.seq == ping.seq for _, x in indirect)  # type: ignore[union-attr]
+    assert ping_to not in {addr for addr, _ in indirect}
+    # Every helper nacks: it is the target, not us, that is unreachable.
+    for helper, _ in indirect:
+        a.receive(now, helper, (m.Nack(ping.seq),))
+    while a.states()[target] == m.State.ALIVE:
+        a.tick(a.next_deadline())
+    assert a.states()[target] == m.State.SUSPECT
+    assert a.stats.probes_failed == 1 and a.stats.suspicions_raised == 1
+    assert a.awareness == 0  # all nacks arrived: our own health is not in doubt
+
+
+def test_missing_nacks_raise_our_own_awareness() -> None:
+    a = make("a", 1)
+    know(a, ("b", 2), ("c", 3), ("d", 4), ("e", 5))
+    start = a.next_deadline()
+    a.tick(start)
+    while a.stats.probes_failed == 0:
+        a.tick(a.next_deadline())
+    assert a.awareness == CONFIG.indirect_checks  # no helper answered: maybe it is us
+    # A slower probe cadence follows: the interval stretches by awareness + 1.
+    times = []
+    while len(times) < 2:
+        now = a.next_deadline()
+        if primary(a.tick(now), m.Ping):
+            times.append(now)
+    assert times[1] - times[0] >= (CONFIG.indirect_checks + 1) * CONFIG.probe_interval
+
+
+def test_ack_through_a_helper_clears_the_probe() -> None:
+    a, helper = make("a", 1), make("h", 2)
+    know(a, ("h", 2), ("t", 3))
+    # The helper relays: it pings the target under its own sequence number...
+    out = helper.receive(0.0, address(1), (m.IndirectPing(7, "t", address(3)),))
+    ((to, relay_ping),) = primary(out, m.Ping)
+    assert to == address(3) and isinstance(relay_ping, m.Ping)
+    # ...and forwards the target's ack under ours.
+    out = helper.receive(0.01, address(3), (m.Ack(relay_ping.seq),))
+    assert primary(out, m.Ack) == [(address(1), m.Ack(7))]
+
+
+def test_helper_nacks_when_the_target_is_silent() -> None:
+    helper = make("h", 2)
+    helper.receive(0.0, address(1), (m.IndirectPing(7, "t", address(3)),))
+    out = helper.tick(helper.next_deadline())
+    assert primary(out, m.Nack) == [(address(1), m.Nack(7))]
+
+
+def test_suspicion_of_ourselves_is_refuted_with_a_higher_incarnation() -> None:
+    a = make("a", 1)
+    know(a, ("b", 2))
+    out = a.receive(0.0, address(2), (m.Suspect(0, "a", "b"),))
+    assert a.incarnation == 1 and a.stats.self_refutations == 1
+    assert a.awareness == 1  # being suspected is a hint that we are the slow one
+    assert (address(2), m.Alive(1, "a", address(1))) in primary(out, m.Alive)
+    # An old suspicion (lower incarnation) changes nothing.
+    a.receive(0.0, address(2), (m.Suspect(0, "a", "b"),))
+    assert a.incarnation == 1
+
+
+def test_refutation_clears_suspicion_and_stale_alive_does_not() -> None:
+    a = make("a", 1)
+    know(a, ("b", 2), ("c", 3), ("d", 4))
+    a.receive(0.0, address(3), (m.Suspect(0, "b", "c"),))
+    assert a.states()["b"] == m.State.SUSPECT
+    a.receive(0.0, address(2), (m.Alive(0, "b", address(2)),))
+    assert a.states()["b"] == m.State.SUSPECT  # same incarnation: not a refutation
+    out = a.receive(0.0, address(2), (m.Alive(1, "b", address(2)),))
+    assert a.states()["b"] == m.State.ALIVE and a.stats.suspicions_refuted == 1
+    assert [c.state for c in out.changes] == [m.State.ALIVE]
+
+
+def test_confirmations_shorten_the_suspicion() -> None:
+    a = make("a", 1)
+    know(a, *[(f"m{i}", i) for i in range(2, 10)])
+    a.receive(0.0, address(3), (m.Suspect(0, "m2", "m3"),))
+    alone = a._suspicions["m2"].deadline()
+    a.receive(0.0, address(4), (m.Suspect(0, "m2", "m4"),))
+    a.receive(0.0, address(4), (m.Suspect(0, "m2", "m4"),))  # the same origin counts once
+    once = a._suspicions["m2"].deadline()
+    a.receive(0.0, address(5), (m.Suspect(0, "m2", "m5"),))
+    twice = a._suspicions["m2"].deadline()
+    low, high = cfg.suspicion_bounds(CONFIG, 9)
+    assert alone == high and high > once > twice == low
+
+
+def test_suspicion_expires_into_death_and_is_gossiped() -> None:
+    a = make("a", 1)
+    know(a, ("b", 2), ("c", 3), ("d", 4))
+    a.receive(0.0, address(3), (m.Suspect(0, "b", "c"),))
+    low, _ = cfg.suspicion_bounds(CONFIG, 4)
+    now = 0.0
+    sends: list[machine.Send] = []
+    while a.states()["b"] != m.State.DEAD:
+        now = a.next_deadline()
+        sends.extend(a.tick(now).sends)
+    # Our own failed probes of b confirm it too, so it may die before the maximum.
+    assert now >= low and a.stats.deaths_declared == 1
+    assert any(isinstance(x, m.Dead) for s in a.tick(now).sends + tuple(sends) for x in messages(s))
+
+
+def test_dead_in_a_push_pull_is_only_a_suspicion() -> None:
+    a = make("a", 1)
+    know(a, ("b", 2))
+    state = m.MemberState("b", address(2), 0, m.State.DEAD)
+    a.receive(0.0, address(3), (m.PushPull(False, False, (state,)),))
+    assert a.states()["b"] == m.State.SUSPECT
+
+
+def test_push_pull_merges_and_answers_with_our_state() -> None:
+    a = make("a", 1)
+    states = (m.MemberState("b", address(2), 3, m.State.ALIVE),)
+    out = a.receive(0.0, address(2), (m.PushPull(True, True, states),))
+    assert a.states()["b"] == m.State.ALIVE
+    replies = primary(out, m.PushPull)
+    assert [addr for addr, _ in replies] == [address(2)]
+    (_, reply) = replies[0]
+    assert isinstance(reply, m.PushPull) and not reply.reply
+    assert {s.name for s in reply.states} == {"a", "b"}
+
+
+def test_full_state_is_split_into_datagrams_that_fit() -> None:
+    a = make("a", 1)
+    others = [(f"worker-{'x' * 60}-{i}", i % 250 + 2) for i in range(100)]
+    know(a, *others)
+    out = a.receive(0.0, address(2), (m.PushPull(True, False, ()),))
+    assert len(out.sends) > 1
+    assert all(len(s.packet) <= CONFIG.max_datagram - 33 for s in out.sends)
+    b = make("b", 2)
+    for send in out.sends:
+        b.receive(0.0, address(1), messages(send))
+    assert set(b.states()) == set(a.states()) | {"b"} - set()
+    flags = [x.reply for s in out.sends for x in messages(s) if isinstance(x, m.PushPull)]
+    assert flags.count(True) == 0  # an answer never asks for another answer
+
+
+def test_a_restarted_member_outbids_its_previous_life() -> None:
+    a = make("a", 1)
+    states = (m.MemberState("a", address(1), 5, m.State.DEAD),)
+    a.receive(0.0, address(2), (m.PushPull(False, False, states),))
+    assert a.incarnation == 6
+
+
+def test_dead_member_is_not_revived_by_a_stale_alive() -> None:
+    a = make("a", 1)
+    know(a, ("b", 2))
+    a.receive(0.0, address(3), (m.Dead(0, "b", "c"),))
+    a.receive(0.0, address(3), (m.Alive(0, "b", address(2)),))
+    assert a.states()["b"] == m.State.DEAD
+    a.receive(0.0, address(3), (m.Alive(1, "b", address(2)),))
+    assert a.states()["b"] == m.State.ALIVE
+
+
+def test_leave_tells_everyone_directly_and_they_drop_us_at_once() -> None:
+    a, b = make("a", 1), make("b", 2)
+    know(a, ("b", 2), ("c", 3), ("d", 4))
+    know(b, ("a", 1))
+    out = a.leave(1.0)
+    assert {s.address for s in out.sends} == {address(2), address(3), address(4)}
+    goodbye = next(s for s in out.sends if s.address == address(2))
+    changes = b.receive(1.0, address(1), messages(goodbye)).changes
+    assert [(c.name, c.state) for c in changes] == [("a", m.State.LEFT)]
+    assert "a" not in b.alive()
+    # After leaving, nothing more is sent and nothing is scheduled.
+    assert a.next_deadline() == machine.INF
+    assert a.receive(2.0, address(2), (m.Ping(1, "a"),)).sends == ()
+
+
+def test_late_timer_defers_the_verdict_and_raises_awareness() -> None:
+    a = make("a", 1)
+    know(a, ("b", 2))
+    a.tick(a.next_deadline())
+    due = a.next_deadline()
+    late = due + 10 * CONFIG.lag_tolerance
+    a.tick(late)
+    assert a.stats.late_ticks == 1 and a.awareness == 1
+    assert a.stats.indirect_probes_sent == 0  # not judged yet: replies may be waiting
+    probe = a._probe
+    assert probe is not None
+    a.receive(late, address(2), (m.Ack(probe.seq),))  # ...and indeed one was
+    a.tick(a.next_deadline())
+    assert a.stats.probes_failed == 0
+
+
+def test_join_retries_seeds_until_someone_answers() -> None:
+    a = make("a", 1)
+    out = a.join(0.0, [address(2), address(1)])
+    assert {s.address for s in out.sends} == {address(2)}  # never ourselves
+    retry = a.next_deadline()
+    assert retry <= CONFIG.join_retry_interval
+    now = 0.0
+    seen = 0
+    while now < 5 * CONFIG.join_retry_interval:
+        now = a.next_deadline()
+        seen += sum(1 for s in a.tick(now).sends if s.address == address(2))
+    assert seen >= 4
+    know(a, ("b", 2))
+    deadline_after = a.next_deadline()
+    a.tick(max(deadline_after, now + CONFIG.join_retry_interval))
+    assert a._next_join_at == machine.INF

@@ -1,0 +1,218 @@
+"""Whole groups on a simulated clock and network: detection, loss, partitions, slow members.
+
+Time bounds here are simulated seconds derived from the configuration, not wall-clock
+thresholds; the real timings are measured by bench/membership.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from speaker.membership import config as cfg
+from speaker.membership import messages as m
+
+from . import sim
+
+ALIVE = {m.State.ALIVE, m.State.SUSPECT}
+GONE = {m.State.DEAD, m.State.LEFT}
+
+
+def worst_case_detection(config: cfg.Config, n: int) -> float:
+    """A generous bound: a full round-robin cycle, the failed probe, the longest suspicion,
+    and a second of dissemination."""
+    _, high = cfg.suspicion_bounds(config, n)
+    return config.probe_interval * (n + 1) + high + 1.0
+
+
+def converged(network: sim.Network, names: list[str]) -> bool:
+    return all(network.nodes[o].machine.alive() == set(names) for o in names)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_group_forms_through_one_seed(seed: int) -> None:
+    network = sim.Network(seed)
+    names = network.cluster(8)
+    network.run_for(3)
+    assert converged(network, names)
+
+
+@pytest.mark.parametrize(("seed", "n"), [(1, 3), (2, 8), (3, 8), (4, 32)])
+def test_dead_member_is_declared_dead_by_all(seed: int, n: int) -> None:
+    network = sim.Network(seed)
+    names = network.cluster(n)
+    network.run_for(3)
+    victim = names[n // 2]
+    network.kill(victim)
+    killed_at = network.now
+    network.run_for(worst_case_detection(network.config, n))
+    others = [x for x in names if x != victim]
+    assert network.all_see(victim, {m.State.DEAD}, others)
+    times = [network.first_time(o, victim, {m.State.DEAD}) for o in others]
+    assert all(t is not None and t > killed_at for t in times)
+    # And nobody else was harmed.
+    for other in others:
+        assert network.ever_dead(other) == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_healthy_members_under_five_percent_loss_are_never_declared_dead(seed: int) -> None:
+    network = sim.Network(seed, loss=0.05)
+    names = network.cluster(8)
+    network.run_for(600)
+    for name in names:
+        assert network.ever_dead(name) == [], name
+    assert converged(network, names)
+    # The loss did stress the detector: probes failed and suspicions were refuted.
+    stats = [network.nodes[n].machine.stats for n in names]
+    assert sum(s.probes_failed for s in stats) > 0
+    assert sum(s.self_refutations for s in stats) > 0
+
+
+def test_loss_is_survived_at_32_members() -> None:
+    network = sim.Network(11, loss=0.05)
+    names = network.cluster(32)
+    network.run_for(120)
+    assert [n for n in names if network.ever_dead(n)] == []
+    assert converged(network, names)
+
+
+def test_a_control_group_without_lifeguard_margins_does_fail() -> None:
+    # The same loss with no indirect probes and a suspicion too short to refute in: false
+    # deaths appear, so the test above is able to see them.
+    fragile = cfg.DEFAULT.replace(
+        indirect_checks=0, suspicion_mult=1.0, suspicion_max_mult=1.0, probe_interval=0.2
+    )
+    network = sim.Network(0, fragile, loss=0.05, delay=(0.02, 0.2))
+    names = network.cluster(8)
+    network.run_for(120)
+    assert any(network.ever_dead(n) for n in names)
+
+
+def test_partitioned_member_refutes_suspicion_after_the_partition_heals() -> None:
+    network = sim.Network(5)
+    names = network.cluster(8)
+    network.run_for(3)
+    lonely = "n4"
+    network.partition([lonely], [n for n in names if n != lonely])
+    others = [n for n in names if n != lonely]
+    # Cut until somebody suspects it, then heal before any suspicion can expire.
+    while not any(network.state(o, lonely) == m.State.SUSPECT for o in others):
+        network.run_for(0.01)
+    network.heal()
+    network.run_for(5)
+    assert network.ever_dead(lonely) == []
+    assert network.nodes[lonely].machine.incarnation > 0  # it refuted
+    assert network.all_see(lonely, {m.State.ALIVE}, others)
+
+
+def test_long_partition_is_detected_then_heals() -> None:
+    network = sim.Network(6)
+    names = network.cluster(8)
+    network.run_for(3)
+    lonely = "n2"
+    others = [n for n in names if n != lonely]
+    network.partition([lonely], others)
+    network.run_for(worst_case_detection(network.config, 8))
+    assert network.all_see(lonely, {m.State.DEAD}, others)
+    network.heal()
+    network.run_for(5 * network.config.reconnect_interval + 5)
+    assert converged(network, names)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_two_halves_of_a_partition_converge_after_healing(seed: int) -> None:
+    network = sim.Network(seed)
+    names = network.cluster(8)
+    network.run_for(3)
+    left, right = names[:4], names[4:]
+    network.partition(left, right)
+    network.run_for(20)
+    for observer in left:
+        assert network.nodes[observer].machine.alive() == set(left)
+    for observer in right:
+        assert network.nodes[observer].machine.alive() == set(right)
+    network.heal()
+    network.run_for(10 * network.config.reconnect_interval)
+    assert converged(network, names)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_member_whose_process_runs_late_is_not_declared_dead(seed: int) -> None:
+    network = sim.Network(seed, loss=0.01)
+    names = network.cluster(8)
+    network.run_for(3)
+    slow = network.nodes["n3"]
+    # Everything it does, timers and packets, happens 150 ms late: more than the probe
+    # timeout, less than the probe interval.
+    slow.lag = 0.15
+    network.run_for(300)
+    for name in names:
+        assert network.ever_dead(name) == [], name
+    assert slow.machine.stats.late_ticks > 0  # it noticed that it is the slow one
+    assert converged(network, names)
+
+
+def slow_receiver_accusations(seed: int, config: cfg.Config) -> tuple[int, list[str]]:
+    network = sim.Network(seed, config, loss=0.01)
+    names = network.cluster(8)
+    network.run_for(3)
+    slow = network.nodes["n3"]
+    # Its receive queue is 250 ms behind (longer than a probe interval); its timers are not.
+    slow.inbound_lag = 0.25
+    network.run_for(120)
+    wrongly_dead = [n for n in names if n != "n3" and network.ever_dead(n)]
+    return slow.machine.stats.suspicions_raised, wrongly_dead
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_one_slow_member_backs_off_instead_of_accusing_others(seed: int) -> None:
+    accusations, wrongly_dead = slow_receiver_accusations(seed, cfg.DEFAULT)
+    assert wrongly_dead == []
+    # Without local health awareness, the same member accuses the others all the time.
+    blind, _ = slow_receiver_accusations(seed, cfg.DEFAULT.replace(awareness_max=1))
+    assert accusations * 10 < blind
+
+
+def test_graceful_leave_is_seen_by_everyone_at_once() -> None:
+    network = sim.Network(8)
+    names = network.cluster(8)
+    network.run_for(3)
+    network.leave("n5")
+    left_at = network.now
+    network.run_for(0.05)
+    others = [n for n in names if n != "n5"]
+    assert network.all_see("n5", {m.State.LEFT}, others)
+    slowest = max(network.first_time(o, "n5", {m.State.LEFT}) or 1e9 for o in others)
+    assert slowest - left_at <= network.delay[1]  # one network hop: told directly
+
+
+def test_restarted_member_rejoins_after_being_declared_dead() -> None:
+    network = sim.Network(9)
+    names = network.cluster(5)
+    network.run_for(3)
+    network.kill("n3")
+    network.run_for(worst_case_detection(network.config, 5))
+    assert network.all_see("n3", {m.State.DEAD}, ["n1", "n2", "n4", "n5"])
+    sim.restart(network, "n3", seeds=["n1"])
+    network.run_for(3)
+    assert converged(network, names)
+    assert network.nodes["n3"].machine.incarnation > 0
+
+
+def test_detection_at_defaults_is_far_faster_than_memberlist_lan() -> None:
+    def mean_detection(config: cfg.Config) -> float:
+        total = 0.0
+        for seed in range(5):
+            network = sim.Network(seed, config)
+            names = network.cluster(8)
+            network.run_for(3)
+            network.kill("n4")
+            start = network.now
+            network.run_for(worst_case_detection(config, 8))
+            last = max(
+                network.first_time(o, "n4", {m.State.DEAD}) or 1e9 for o in names if o != "n4"
+            )
+            total += last - start
+        return total / 5
+
+    assert mean_detection(cfg.DEFAULT) * 4 < mean_detection(cfg.MEMBERLIST_LAN)
