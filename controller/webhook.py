@@ -104,6 +104,11 @@ def decide(request: Mapping[str, Any], current: CurrentObjects, namespace: str) 
     if object_namespace != namespace:
         return _deny(f"resource must be created in {namespace} namespace")
 
+    if operation == "UPDATE" and _same_configuration(incoming, old):
+        # Metadata-only writes (finalizers, annotations, kopf's bookkeeping) change nothing that
+        # validation looks at, and must not be blocked by a conflict that predates them.
+        return Verdict(allowed=True)
+
     objects: dict[str, list[Mapping[str, Any]]] = {
         k: [o for o in current.get(k, ()) if not (k == kind and _name_of(o) == name)]
         for k in LISTED_KINDS
@@ -123,6 +128,18 @@ def decide(request: Mapping[str, Any], current: CurrentObjects, namespace: str) 
     if errors:
         return Verdict(allowed=False, message="; ".join(errors), warnings=tuple(warnings), code=403)
     return Verdict(allowed=True, warnings=tuple(warnings))
+
+
+def _same_configuration(new: Mapping[str, Any], old: object) -> bool:
+    """Validation reads `spec` and the labels (pool selectors match them), nothing else."""
+    if not isinstance(old, Mapping):
+        return False
+
+    def labels(o: Mapping[str, Any]) -> object:
+        metadata = o.get("metadata")
+        return metadata.get("labels") or {} if isinstance(metadata, Mapping) else None
+
+    return bool(new.get("spec") == old.get("spec") and labels(new) == labels(old))
 
 
 def _disable_mp(obj: Mapping[str, Any]) -> bool:

@@ -756,8 +756,10 @@ def _secret_names(objects: Iterable[Any]) -> tuple[frozenset[model.SecretName], 
     return frozenset(names), problems
 
 
-def _sort_key(value: Any) -> tuple[str, str]:
-    return (str(value.name), str(value.namespace))
+def _sort_key(value: Any) -> tuple[str, str, str]:
+    # The content breaks ties between namesakes (possible only across namespaces or in
+    # hand-built inputs), so that the order never depends on the order of the input lists.
+    return (str(value.name), str(value.namespace), repr(value))
 
 
 def parse_config(

@@ -628,6 +628,57 @@ def test_a_realistic_configuration_has_no_problems() -> None:
     assert problems == []
 
 
+small_selector = st.dictionaries(
+    st.sampled_from(["rack", "zone"]), st.sampled_from(["1", "2"]), max_size=2
+).map(lambda d: {"matchLabels": d})
+random_objects = st.lists(
+    st.one_of(
+        st.builds(
+            lambda n, rs: pool(f"p{n}", *(f"10.0.0.{a}-10.0.0.{a + b}" for a, b in rs)),
+            st.integers(0, 3),
+            st.lists(st.tuples(st.integers(0, 40), st.integers(0, 20)), min_size=1, max_size=2),
+        ),
+        st.builds(
+            lambda n, lp, agg, pools, peers, nodes: bgpadv(
+                f"a{n}",
+                localPref=lp,
+                aggregationLength=agg,
+                ipAddressPools=pools,
+                peers=peers,
+                nodeSelectors=nodes,
+            ),
+            st.integers(0, 3),
+            st.sampled_from([0, 100, 200]),
+            st.integers(24, 32),
+            st.lists(st.sampled_from(["p0", "p1", "p9"]), unique=True, max_size=2),
+            st.lists(st.sampled_from(["r0", "r1"]), unique=True, max_size=2),
+            st.lists(small_selector, unique_by=str, max_size=2),
+        ),
+        st.builds(
+            lambda n, a, nodes: peer(f"r{n}", a, nodeSelectors=nodes),
+            st.integers(0, 3),
+            st.sampled_from(["10.0.0.1", "10.0.0.2"]),
+            st.lists(small_selector, unique_by=str, max_size=2),
+        ),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(random_objects, st.randoms(use_true_random=False))
+def test_validate_is_total_and_order_independent(objects: list[dict[str, Any]], rnd: Any) -> None:
+    by_kind: dict[str, list[Any]] = {}
+    for o in objects:
+        by_kind.setdefault(o["kind"], []).append(o)
+    config, _ = parsing.parse_config(by_kind)
+    problems = validation.validate(config)
+    shuffled = {k: rnd.sample(v, len(v)) for k, v in by_kind.items()}
+    config2, _ = parsing.parse_config(shuffled)
+    assert validation.validate(config2) == problems
+    assert len(set(problems)) == len(problems)
+
+
 # --- Selector disjointness ---
 
 KEYS = ["k1", "k2"]

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller import certs, webhook
 
@@ -125,6 +127,15 @@ async def test_update_into_an_overlap_is_denied() -> None:
         FakeLister(old, pool("b", "10.0.1.128/25")),
     )
     assert not verdict.allowed and "IPAddressPool/a: spec.addresses[0]" in verdict.message
+
+
+async def test_metadata_only_update_is_not_blocked_by_an_old_conflict() -> None:
+    old = pool("a", "10.0.0.0/24")
+    lister = FakeLister(old, pool("b", "10.0.0.0/24"))  # the overlap predates the webhook
+    new = {**old, "metadata": {**old["metadata"], "finalizers": ["x"], "annotations": {"k": "v"}}}
+    assert await verdict_for(admission("UPDATE", new, old), lister) == webhook.Verdict(allowed=True)
+    relabelled = {**old, "metadata": {**old["metadata"], "labels": {"tier": "x"}}}
+    assert not (await verdict_for(admission("UPDATE", relabelled, old), lister)).allowed
 
 
 async def test_bad_syntax_is_denied_naming_the_field() -> None:
@@ -281,6 +292,50 @@ def test_decide_is_robust_to_odd_requests() -> None:
     garbage = {**no_object, "object": {"metadata": {"name": "p", "namespace": NS}, "spec": [[]]}}
     assert not webhook.decide(garbage, {}, NS).allowed
     assert webhook.decide({**no_object, "operation": "CONNECT"}, {}, NS).allowed
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=15,
+)
+KINDS = [
+    "IPAddressPool",
+    "L2Advertisement",
+    "BGPAdvertisement",
+    "BGPPeer",
+    "BFDProfile",
+    "Community",
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    kind=st.sampled_from(KINDS),
+    operation=st.sampled_from(["CREATE", "UPDATE", "DELETE", "CONNECT"]),
+    spec=json_values,
+    old_spec=json_values,
+    existing=st.lists(st.tuples(st.sampled_from(KINDS), json_values), max_size=4),
+)
+def test_decide_never_fails_internally(
+    kind: str, operation: str, spec: Any, old_spec: Any, existing: list[tuple[str, Any]]
+) -> None:
+    """Whatever the request and whatever exists, the answer is a verdict, never an exception."""
+    new = obj(kind, "x", {})
+    new["spec"] = spec
+    old = obj(kind, "x", {})
+    old["spec"] = old_spec
+    current: dict[str, list[Any]] = {}
+    for n, (k, raw) in enumerate(existing):
+        other = obj(k, f"o{n}", {})
+        other["spec"] = raw
+        current.setdefault(k, []).append(other)
+    request = admission(operation, new, old)["request"]
+    verdict = webhook.decide(request, current, NS)
+    assert isinstance(verdict, webhook.Verdict)
+    assert verdict.allowed or verdict.message
 
 
 # --- AdmissionReview over bytes ---
