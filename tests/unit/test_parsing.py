@@ -17,7 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ironlb import addresses, model, parsing, selectors
+from ironlb import addresses, annotations, model, parsing, selectors
 from ironlb.problems import Problem
 
 DOCS_MANIFESTS = """
@@ -1062,3 +1062,36 @@ CHECKS: list[Callable[[str], object]] = [
 def test_scalar_parsers_never_raise(text: str) -> None:
     for check in CHECKS:
         check(text)
+
+
+# --- Service annotations ---
+
+
+@pytest.mark.parametrize(
+    ("present", "expected"),
+    [
+        ({}, None),
+        ({"metallb.universe.tf/address-pool": "old"}, "old"),
+        ({"metallb.io/address-pool": "new"}, "new"),
+        ({"metallb.io/address-pool": "new", "metallb.universe.tf/address-pool": "old"}, "new"),
+        ({"metallb.io/address-pool": "", "metallb.universe.tf/address-pool": "old"}, ""),
+    ],
+)
+def test_new_annotation_name_wins(present: dict[str, str], expected: str | None) -> None:
+    assert annotations.read(present, annotations.ADDRESS_POOL) == expected
+    assert annotations.has(present, annotations.ADDRESS_POOL) == (expected is not None)
+
+
+def test_empty_sharing_key_is_still_present_and_legacy_keys_are_listed() -> None:
+    svc = {
+        "metallb.universe.tf/allow-shared-ip": "",
+        "metallb.universe.tf/loadBalancerIPs": "1.2.3.4",
+    }
+    assert annotations.has(svc, annotations.ALLOW_SHARED_IP)
+    assert annotations.read(svc, annotations.ALLOW_SHARED_IP) == ""
+    assert annotations.read(None, annotations.LOAD_BALANCER_IPS) is None
+    assert annotations.deprecated_keys(svc) == [
+        "metallb.universe.tf/allow-shared-ip",
+        "metallb.universe.tf/loadBalancerIPs",
+    ]
+    assert annotations.IP_ALLOCATED_FROM_POOL == "metallb.io/ip-allocated-from-pool"
