@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -271,9 +272,7 @@ def trials(g: Group, kind: str, count: int, budget: float) -> list[float]:
             victim.process.send_signal(signal.SIGTERM)
         else:
             g.cut(victim)
-        done = wait(
-            lambda v=victim, s=states, t0=start: g.all_report(v, s, t0), budget, f"{kind} verdict"
-        )
+        done = wait(functools.partial(g.all_report, victim, states, start), budget, kind)
         times.append(done - start)
         if kind == "linkcut":
             g.restore(victim)
