@@ -1,0 +1,430 @@
+"""speaker.desired: who announces what, from MetalLB's acceptance cases (its layer2/bgp tests)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ironlb import addresses, model, selectors
+from speaker import desired
+
+POOL = model.IPAddressPool(
+    name=model.PoolName("pool"),
+    addresses=(
+        addresses.AddressRange(
+            4, int(ipaddress.ip_address("10.20.30.0")), int(ipaddress.ip_address("10.20.30.255"))
+        ),
+        addresses.AddressRange(
+            6, int(ipaddress.ip_address("fc00::")), int(ipaddress.ip_address("fc00::ff"))
+        ),
+    ),
+)
+
+
+def ip(text: str) -> addresses.IPAddress:
+    return ipaddress.ip_address(text)
+
+
+def sel(**labels: str) -> selectors.LabelSelector:
+    return selectors.LabelSelector(match_labels=tuple(sorted(labels.items())))
+
+
+def l2ad(name: str = "l2", **kw: object) -> model.L2Advertisement:
+    return model.L2Advertisement(name=model.L2AdvertisementName(name), **kw)  # type: ignore[arg-type]
+
+
+def bgpad(name: str = "bgp", **kw: object) -> model.BGPAdvertisement:
+    return model.BGPAdvertisement(name=model.BGPAdvertisementName(name), **kw)  # type: ignore[arg-type]
+
+
+def node(name: str, **labels: str) -> desired.Node:
+    return desired.Node(model.NodeName(name), tuple(sorted(labels.items())))
+
+
+def ep(node_name: str, ready: bool = True, serving: bool | None = None) -> desired.Endpoint:
+    return desired.Endpoint(model.NodeName(node_name), ready, ready if serving is None else serving)
+
+
+def svc(
+    address: str = "10.20.30.1",
+    *,
+    name: str = "svc",
+    local: bool = False,
+    endpoints: Iterable[desired.Endpoint] = (),
+    labels: dict[str, str] | None = None,
+    shares: bool = False,
+    extra: Iterable[str] = (),
+) -> desired.Service:
+    return desired.Service(
+        namespace="ns",
+        name=name,
+        ips=(ip(address), *map(ip, extra)),
+        labels=tuple(sorted((labels or {}).items())),
+        local=local,
+        shares=shares,
+        endpoints=tuple(endpoints),
+    )
+
+
+def snapshot(
+    services: Iterable[desired.Service],
+    nodes: Iterable[desired.Node] = (node("iris1"), node("iris2")),
+    *,
+    l2: Iterable[model.L2Advertisement] = (l2ad(),),
+    bgp: Iterable[model.BGPAdvertisement] = (),
+    alive: Iterable[str] | None = None,
+    ignore_exclude_lb: bool = False,
+    pools: Iterable[model.IPAddressPool] = (POOL,),
+) -> desired.Snapshot:
+    node_list = list(nodes)
+    return desired.Snapshot(
+        config=model.Config(
+            pools=tuple(pools), l2_advertisements=tuple(l2), bgp_advertisements=tuple(bgp)
+        ),
+        services=tuple(services),
+        nodes={n.name: n for n in node_list},
+        alive=frozenset(
+            model.NodeName(a) for a in (alive if alive is not None else [n.name for n in node_list])
+        ),
+        ignore_exclude_lb=ignore_exclude_lb,
+    )
+
+
+def announcers(snap: desired.Snapshot) -> set[str]:
+    """Nodes whose plan announces anything."""
+    return {n for n in snap.nodes if desired.l2_plan(snap, model.NodeName(n)).mine}
+
+
+def reason(snap: desired.Snapshot, me: str, key: str = "ns/svc") -> str | None:
+    return desired.l2_plan(snap, model.NodeName(me)).reasons.get(key)
+
+
+# --- election order: MetalLB's verified vectors -------------------------------------------------
+
+
+def names(*n: str) -> list[model.NodeName]:
+    return [model.NodeName(x) for x in n]
+
+
+def test_election_order_vectors() -> None:
+    assert desired.election_order(names("node-a", "node-b", "node-c"), ip("10.0.0.1")) == names(
+        "node-b", "node-a", "node-c"
+    )
+    assert desired.election_order(names("node-a", "node-b", "node-c"), ip("10.0.0.2")) == names(
+        "node-b", "node-c", "node-a"
+    )
+    assert desired.election_order(names("iris1", "iris2"), ip("10.20.30.1")) == names(
+        "iris2", "iris1"
+    )
+    assert desired.election_order(names("iris1", "iris2"), ip("10.20.30.2")) == names(
+        "iris1", "iris2"
+    )
+
+
+def test_election_order_with_scores() -> None:
+    scores = {model.NodeName("node-a"): 100, model.NodeName("node-b"): 100}
+    assert desired.election_order(names("node-a", "node-b"), ip("10.20.30.1"), scores) == names(
+        "node-b", "node-a"
+    )
+    scores = {model.NodeName("edge-a"): 100, model.NodeName("edge-b"): 100}
+    assert desired.election_order(
+        names("edge-a", "edge-b", "worker-a"), ip("10.20.30.1"), scores
+    ) == names("edge-b", "edge-a", "worker-a")
+    scores = {model.NodeName("edge-a"): 100}
+    order = desired.election_order(
+        names("edge-a", "edge-b", "worker-a", "worker-b"), ip("10.20.30.1"), scores
+    )
+    assert order[0] == "edge-a"
+
+
+@settings(max_examples=200)
+@given(
+    st.sets(st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True), min_size=1, max_size=12),
+    st.integers(min_value=0, max_value=2**32 - 1),
+    st.randoms(use_true_random=False),
+)
+def test_every_node_computes_the_same_owner(nodes: set[str], raw: int, rnd: object) -> None:
+    """Order of the input never matters, and every speaker picks one of the candidates."""
+    address = ipaddress.IPv4Address(raw)
+    as_list = names(*nodes)
+    shuffled = list(as_list)
+    rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+    first = desired.election_order(as_list, address)
+    assert first == desired.election_order(shuffled, address)
+    assert set(first) == nodes
+
+
+# --- layer 2 ------------------------------------------------------------------------------------
+
+
+def test_cluster_policy_hash_winner_announces_regardless_of_endpoint_location() -> None:
+    snap = snapshot([svc(endpoints=[ep("iris1")])])
+    assert announcers(snap) == {"iris2"}
+    assert reason(snap, "iris1") == desired.NOT_OWNER
+
+
+def test_local_policy_only_nodes_with_endpoints() -> None:
+    snap = snapshot([svc(local=True, endpoints=[ep("iris1")])])
+    assert announcers(snap) == {"iris1"}
+    snap = snapshot([svc(local=True, endpoints=[ep("iris1"), ep("iris2")])])
+    assert announcers(snap) == {"iris2"}
+
+
+def test_no_ready_endpoints_nobody_announces() -> None:
+    snap = snapshot([svc(local=True, endpoints=[ep("iris1", ready=False, serving=False)])])
+    assert announcers(snap) == set()
+    snap = snapshot([svc(endpoints=[])])
+    assert announcers(snap) == set()
+
+
+def test_serving_terminating_endpoints_count_only_without_ready_ones() -> None:
+    only_terminating = [ep("iris2", ready=False, serving=True)]
+    snap = snapshot([svc(local=True, endpoints=only_terminating)])
+    assert announcers(snap) == {"iris2"}
+    mixed = [ep("iris2", ready=False, serving=True), ep("iris1")]
+    snap = snapshot([svc(local=True, endpoints=mixed)])
+    assert announcers(snap) == {"iris1"}
+
+
+def test_two_services_spread_by_hash() -> None:
+    both = [ep("iris1"), ep("iris2")]
+    snap = snapshot(
+        [
+            svc("10.20.30.1", name="a", local=True, endpoints=both),
+            svc("10.20.30.2", name="b", local=True, endpoints=both),
+        ]
+    )
+    assert [e.address for e in desired.l2_plan(snap, model.NodeName("iris2")).mine] == [
+        ip("10.20.30.1")
+    ]
+    assert [e.address for e in desired.l2_plan(snap, model.NodeName("iris1")).mine] == [
+        ip("10.20.30.2")
+    ]
+
+
+def test_dead_speaker_is_not_a_candidate() -> None:
+    snap = snapshot([svc(endpoints=[ep("iris1")])], alive=["iris1"])
+    assert announcers(snap) == {"iris1"}
+    snap = snapshot([svc(endpoints=[ep("iris1")])], alive=[])
+    assert announcers(snap) == set()
+
+
+def test_advertisement_node_selector() -> None:
+    ad = l2ad(node_selectors=(sel(**{"kubernetes.io/hostname": "iris1"}),))
+    nodes = [
+        node("iris1", **{"kubernetes.io/hostname": "iris1"}),
+        node("iris2", **{"kubernetes.io/hostname": "iris2"}),
+    ]
+    snap = snapshot([svc(endpoints=[ep("iris1")])], nodes, l2=[ad])
+    assert announcers(snap) == {"iris1"}
+    assert reason(snap, "iris2") == desired.NO_MATCHING_ADVERTISEMENT
+
+
+def test_ad_only_on_node_without_local_endpoint_means_nobody() -> None:
+    ad = l2ad(node_selectors=(sel(**{"kubernetes.io/hostname": "iris2"}),))
+    nodes = [
+        node("iris1", **{"kubernetes.io/hostname": "iris1"}),
+        node("iris2", **{"kubernetes.io/hostname": "iris2"}),
+    ]
+    snap = snapshot([svc(local=True, endpoints=[ep("iris1")])], nodes, l2=[ad])
+    assert announcers(snap) == set()
+
+
+def test_exclude_label() -> None:
+    excluded = {desired.EXCLUDE_LABEL: ""}
+    snap = snapshot([svc(endpoints=[ep("iris1")])], [node("iris1"), node("iris2", **excluded)])
+    assert announcers(snap) == {"iris1"}
+    snap = snapshot(
+        [svc(endpoints=[ep("iris1")])], [node("iris1", **excluded), node("iris2", **excluded)]
+    )
+    assert announcers(snap) == set()
+    snap = snapshot(
+        [svc(local=True, endpoints=[ep("iris1")])],
+        [node("iris1", **excluded), node("iris2", **excluded)],
+        ignore_exclude_lb=True,
+    )
+    assert announcers(snap) == {"iris1"}
+
+
+def test_network_unavailable_node_hands_over() -> None:
+    down = desired.Node(model.NodeName("iris2"), (), network_unavailable=True)
+    snap = snapshot([svc(endpoints=[ep("iris1")])], [node("iris1"), down])
+    assert announcers(snap) == {"iris1"}
+
+
+def test_service_selectors() -> None:
+    ad = l2ad(service_selectors=(sel(app="foo"),))
+    snap = snapshot([svc(endpoints=[ep("iris1")])], l2=[ad])
+    assert announcers(snap) == set()
+    assert reason(snap, "iris1") == desired.NO_MATCHING_ADVERTISEMENT
+    snap = snapshot([svc(endpoints=[ep("iris1")], labels={"app": "foo"})], l2=[ad])
+    assert announcers(snap) == {"iris2"}
+
+
+def test_shared_ip_with_service_selector_is_never_announced() -> None:
+    ad = l2ad(service_selectors=(sel(app="foo"),))
+    snap = snapshot([svc(endpoints=[ep("iris1")], labels={"app": "foo"}, shares=True)], l2=[ad])
+    assert announcers(snap) == set()
+    assert reason(snap, "iris1") == desired.SHARED_IP_WITH_SERVICE_SELECTOR
+    snap = snapshot([svc(endpoints=[ep("iris1")], shares=True)])
+    assert announcers(snap) == {"iris2"}
+
+
+def test_preferred_node_selectors_weights_sum() -> None:
+    a = l2ad("a", preferred_node_selectors=(model.PreferredNodeSelector(70, sel(zone="a")),))
+    b = l2ad("b", preferred_node_selectors=(model.PreferredNodeSelector(30, sel(zone="a")),))
+    c = l2ad("c", preferred_node_selectors=(model.PreferredNodeSelector(50, sel(zone="b")),))
+    nodes = [node("iris1", zone="a"), node("iris2", zone="b")]
+    snap = snapshot([svc(endpoints=[ep("iris1")])], nodes, l2=[a, b, c])
+    assert announcers(snap) == {"iris1"}
+    # Without the preference the hash winner (iris2) announces.
+    snap = snapshot([svc(endpoints=[ep("iris1")])], nodes)
+    assert announcers(snap) == {"iris2"}
+
+
+def test_interfaces_union_and_all() -> None:
+    eth1 = l2ad("a", interfaces=("eth1",))
+    eth2 = l2ad("b", interfaces=("eth2",))
+    snap = snapshot([svc(endpoints=[ep("iris1")])], l2=[eth1, eth2])
+    (entry,) = desired.l2_plan(snap, model.NodeName("iris2")).mine
+    assert entry.interfaces == ("eth1", "eth2")
+    snap = snapshot([svc(endpoints=[ep("iris1")])], l2=[eth1, l2ad("all")])
+    (entry,) = desired.l2_plan(snap, model.NodeName("iris2")).mine
+    assert entry.interfaces == desired.ALL_INTERFACES
+
+
+def test_address_outside_every_pool_is_not_announced() -> None:
+    snap = snapshot([svc("192.0.2.1", endpoints=[ep("iris1")])])
+    assert announcers(snap) == set()
+    assert reason(snap, "iris1") == desired.IP_NOT_ALLOWED
+
+
+def test_avoid_buggy_ips_address_is_not_in_pool() -> None:
+    pool = model.IPAddressPool(
+        name=model.PoolName("p"), addresses=POOL.addresses, avoid_buggy_ips=True
+    )
+    snap = snapshot([svc("10.20.30.0", endpoints=[ep("iris1")])], pools=[pool])
+    assert reason(snap, "iris1") == desired.IP_NOT_ALLOWED
+
+
+def test_shared_address_has_one_owner_even_when_candidates_differ() -> None:
+    """Two Services on one address whose ads select different nodes: exactly one announcer."""
+    a = l2ad("a", service_selectors=(sel(app="a"),), node_selectors=(sel(n="1"),))
+    b = l2ad("b", service_selectors=(sel(app="b"),), node_selectors=(sel(n="2"),))
+    nodes = [node("iris1", n="1"), node("iris2", n="2")]
+    services = [
+        svc(name="a", labels={"app": "a"}, endpoints=[ep("iris1")]),
+        svc(name="b", labels={"app": "b"}, endpoints=[ep("iris1")]),
+    ]
+    snap = snapshot(services, nodes, l2=[a, b])
+    assert len(announcers(snap)) == 1
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(st.sampled_from(["n1", "n2", "n3", "n4"]), unique=True, min_size=0, max_size=4),
+    st.lists(
+        st.tuples(
+            st.integers(1, 6),
+            st.booleans(),
+            st.lists(st.sampled_from(["n1", "n2", "n3", "n4"]), max_size=4),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_at_most_one_announcer_per_address(
+    alive: list[str], specs: list[tuple[int, bool, list[str]]]
+) -> None:
+    nodes = [node(n) for n in ("n1", "n2", "n3", "n4")]
+    services = [
+        svc(f"10.20.30.{last}", name=f"s{i}", local=local, endpoints=[ep(e) for e in eps])
+        for i, (last, local, eps) in enumerate(specs)
+    ]
+    snap = snapshot(services, nodes, alive=alive)
+    owners: dict[addresses.IPAddress, set[str]] = {}
+    for n in snap.nodes:
+        for entry in desired.l2_plan(snap, model.NodeName(n)).mine:
+            owners.setdefault(entry.address, set()).add(n)
+            assert n in alive
+    assert all(len(v) == 1 for v in owners.values())
+
+
+# --- BGP ----------------------------------------------------------------------------------------
+
+
+def bgp_snap(services: Iterable[desired.Service], **kw: object) -> desired.Snapshot:
+    return snapshot(services, l2=(), **kw)  # type: ignore[arg-type]
+
+
+def test_bgp_cluster_every_selected_node_announces() -> None:
+    snap = bgp_snap([svc(endpoints=[ep("iris1")])], bgp=[bgpad()])
+    for me in ("iris1", "iris2"):
+        plan = desired.bgp_plan(snap, model.NodeName(me))
+        assert [s.service for s in plan.mine] == ["ns/svc"]
+
+
+def test_bgp_local_policy() -> None:
+    snap = bgp_snap([svc(local=True, endpoints=[ep("iris1")])], bgp=[bgpad()])
+    assert desired.bgp_plan(snap, model.NodeName("iris1")).mine
+    assert (
+        desired.bgp_plan(snap, model.NodeName("iris2")).reasons["ns/svc"]
+        == desired.NO_LOCAL_ENDPOINTS
+    )
+
+
+def test_bgp_no_endpoints_withdrawn_in_both_policies() -> None:
+    for local in (False, True):
+        snap = bgp_snap(
+            [svc(local=local, endpoints=[ep("iris1", ready=False, serving=False)])], bgp=[bgpad()]
+        )
+        assert not desired.bgp_plan(snap, model.NodeName("iris1")).mine
+
+
+def test_bgp_serving_not_ready_counts_as_healthy() -> None:
+    snap = bgp_snap([svc(endpoints=[ep("iris1", ready=False, serving=True)])], bgp=[bgpad()])
+    assert desired.bgp_plan(snap, model.NodeName("iris2")).mine
+
+
+def test_bgp_node_selector_and_exclusions() -> None:
+    ad = bgpad(node_selectors=(sel(rack="a"),))
+    nodes = [node("iris1", rack="a"), node("iris2", rack="b")]
+    snap = bgp_snap([svc(endpoints=[ep("iris1")])], bgp=[ad], nodes=nodes)
+    assert desired.bgp_plan(snap, model.NodeName("iris1")).mine
+    assert desired.bgp_plan(snap, model.NodeName("iris2")).reasons["ns/svc"] == desired.NOT_OWNER
+    excluded = [node("iris1", **{desired.EXCLUDE_LABEL: ""})]
+    snap = bgp_snap([svc(endpoints=[ep("iris1")])], bgp=[bgpad()], nodes=excluded)
+    assert (
+        desired.bgp_plan(snap, model.NodeName("iris1")).reasons["ns/svc"] == desired.NODE_EXCLUDED
+    )
+    unavailable = [desired.Node(model.NodeName("iris1"), (), network_unavailable=True)]
+    snap = bgp_snap([svc(endpoints=[ep("iris1")])], bgp=[bgpad()], nodes=unavailable)
+    assert (
+        desired.bgp_plan(snap, model.NodeName("iris1")).reasons["ns/svc"]
+        == desired.NODE_NETWORK_UNAVAILABLE
+    )
+
+
+def test_bgp_conflicting_local_pref_with_service_selectors() -> None:
+    a = bgpad("a", local_pref=100, service_selectors=(sel(app="x"),))
+    b = bgpad("b", local_pref=200, service_selectors=(sel(app="x"),))
+    snap = bgp_snap([svc(endpoints=[ep("iris1")], labels={"app": "x"})], bgp=[a, b])
+    assert (
+        desired.bgp_plan(snap, model.NodeName("iris1")).reasons["ns/svc"]
+        == desired.CONFLICTING_ADVERTISEMENTS
+    )
+    c = bgpad("c", local_pref=200, aggregation_length=24)
+    snap = bgp_snap(
+        [svc(endpoints=[ep("iris1")], labels={"app": "x"})], bgp=[bgpad("a", local_pref=100), c]
+    )
+    assert desired.bgp_plan(snap, model.NodeName("iris1")).mine
+
+
+def test_bgp_and_l2_are_independent() -> None:
+    snap = snapshot([svc(endpoints=[ep("iris1")])], bgp=[bgpad()])
+    assert desired.bgp_plan(snap, model.NodeName("iris1")).mine
+    assert desired.bgp_plan(snap, model.NodeName("iris2")).mine
+    assert announcers(snap) == {"iris2"}
