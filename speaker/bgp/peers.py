@@ -1,0 +1,162 @@
+"""The BGP sessions this node keeps, as plain values.
+
+A `Peer` is one BGPPeer selected for this node, already resolved (password read from its Secret,
+BFD profile looked up): everything needed to render an ExaBGP neighbor and to decide which
+routes the session may carry. The metallb.io model is mapped onto it elsewhere; this module only
+knows what ExaBGP can do with it, and says (as Problems) what it cannot.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import zlib
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ironlb import problems
+
+Family = Literal[4, 6]
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+DEFAULT_PORT = 179
+# MetalLB's native speaker uses 90 s when holdTime is unset; ExaBGP's own default would be 180.
+DEFAULT_HOLD_TIME = 90
+# FRR's default restart time, which MetalLB relies on when enableGracefulRestart is set.
+GRACEFUL_RESTART_TIME = 120
+# TCP_MD5SIG_MAXKEYLEN; ExaBGP refuses longer keys and would not start at all.
+MAX_PASSWORD_BYTES = 80
+
+# RFC 5880 leaves these to the implementation; FRR's bfdd defaults, which MetalLB documents.
+DEFAULT_BFD_INTERVAL_MS = 300
+DEFAULT_BFD_MULTIPLIER = 3
+
+
+@dataclass(frozen=True, slots=True)
+class BFDSettings:
+    """A BFDProfile's timers (echo mode is not implemented: control packets only)."""
+
+    receive_interval_ms: int = DEFAULT_BFD_INTERVAL_MS
+    transmit_interval_ms: int = DEFAULT_BFD_INTERVAL_MS
+    detect_multiplier: int = DEFAULT_BFD_MULTIPLIER
+    passive: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.receive_interval_ms <= 60000:
+            raise ValueError(f"receive interval {self.receive_interval_ms} ms out of range")
+        if not 1 <= self.transmit_interval_ms <= 60000:
+            raise ValueError(f"transmit interval {self.transmit_interval_ms} ms out of range")
+        if not 1 <= self.detect_multiplier <= 255:
+            raise ValueError(f"detect multiplier {self.detect_multiplier} out of range")
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    """One BGP session of this node. `name` is the BGPPeer's name (advertisements refer to it).
+
+    `peer_asn` None means "whatever the peer says in its OPEN" (dynamicASN: external); for
+    dynamicASN: internal the caller passes `my_asn`. `hold_time`/`keepalive_time` are seconds.
+    `ipv4_next_hop`/`ipv6_next_hop` replace `next-hop self` for that family: needed only on a
+    dual-stack session for the family the TCP session is not, where "self" has no meaning.
+    """
+
+    name: str
+    my_asn: int
+    peer_asn: int | None
+    peer_address: IPAddress
+    peer_port: int = DEFAULT_PORT
+    source_address: IPAddress | None = None
+    router_id: ipaddress.IPv4Address | None = None
+    hold_time: int | None = None
+    keepalive_time: int | None = None
+    ebgp_multi_hop: bool = False
+    password: str = field(default="", repr=False)
+    graceful_restart: bool = False
+    dual_stack: bool = False
+    ipv4_next_hop: ipaddress.IPv4Address | None = None
+    ipv6_next_hop: ipaddress.IPv6Address | None = None
+    bfd: BFDSettings | None = None
+
+    def __post_init__(self) -> None:
+        for asn in (self.my_asn, self.peer_asn):
+            if asn is not None and not 1 <= asn <= 0xFFFFFFFF:
+                raise ValueError(f"peer {self.name}: ASN {asn} out of range")
+        if not 1 <= self.peer_port <= 65535:
+            raise ValueError(f"peer {self.name}: port {self.peer_port} out of range")
+        if self.source_address is not None and (
+            self.source_address.version != self.peer_address.version
+        ):
+            raise ValueError(f"peer {self.name}: source and peer address families differ")
+
+    @property
+    def family(self) -> Family:
+        return 4 if self.peer_address.version == 4 else 6
+
+    @property
+    def families(self) -> tuple[Family, ...]:
+        """Address families of the routes this session carries."""
+        if self.dual_stack:
+            return (4, 6)
+        return (self.family,)
+
+    @property
+    def is_ibgp(self) -> bool:
+        return self.peer_asn == self.my_asn
+
+    @property
+    def effective_hold_time(self) -> int:
+        if self.hold_time is not None:
+            return self.hold_time
+        if self.keepalive_time is not None:
+            return 3 * self.keepalive_time
+        return DEFAULT_HOLD_TIME
+
+    def next_hop(self, family: int) -> IPAddress | None:
+        """The next hop for routes of `family`, None meaning the session's own address."""
+        return self.ipv4_next_hop if family == 4 else self.ipv6_next_hop
+
+
+def fallback_router_id(node_name: str) -> ipaddress.IPv4Address:
+    """MetalLB's last resort router ID: CRC32 (IEEE) of the node name, little-endian."""
+    checksum = zlib.crc32(node_name.encode())
+    return ipaddress.IPv4Address(checksum.to_bytes(4, "little"))
+
+
+def router_id(peer: Peer, node_name: str) -> ipaddress.IPv4Address:
+    """The router ID: configured, else the IPv4 source address, else MetalLB's fallback.
+
+    (MetalLB's native speaker would first try the connection's own IPv4 address; ExaBGP wants
+    the ID in its configuration, before any connection exists, so that step is skipped.)"""
+    if peer.router_id is not None:
+        return peer.router_id
+    if isinstance(peer.source_address, ipaddress.IPv4Address):
+        return peer.source_address
+    return fallback_router_id(node_name)
+
+
+def check(peer: Peer) -> list[problems.Problem]:
+    """What this peer asks for that ExaBGP cannot do (the session is still made without it),
+    or that would stop ExaBGP from starting (`fatal`)."""
+    found: list[problems.Problem] = []
+
+    def note(field_name: str, message: str) -> None:
+        found.append(problems.Problem("BGPPeer", peer.name, field_name, message))
+
+    hold = peer.effective_hold_time
+    if hold != 0 and hold < 3:
+        note("holdTime", f"hold time {hold}s must be 0 or at least 3s")
+    if peer.keepalive_time is not None and hold and peer.keepalive_time * 3 != hold:
+        note(
+            "keepaliveTime",
+            f"ExaBGP sends keepalives every hold time / 3 ({hold / 3:g}s); "
+            f"keepaliveTime {peer.keepalive_time}s is not honoured",
+        )
+    if len(peer.password.encode()) > MAX_PASSWORD_BYTES:
+        note("password", f"TCP MD5 keys are at most {MAX_PASSWORD_BYTES} bytes")
+    if peer.is_ibgp and peer.ebgp_multi_hop:
+        note("ebgpMultiHop", "ebgpMultiHop is meaningless for an iBGP session")
+    return found
+
+
+def fatal(peer: Peer) -> list[problems.Problem]:
+    """The subset of `check` that makes the session impossible (nothing is started)."""
+    return [p for p in check(peer) if p.field in ("holdTime", "password")]

@@ -1,0 +1,213 @@
+"""ExaBGP configuration (golden files, parsed back by ExaBGP's own parser) and API commands.
+
+Regenerate the golden files after an intended change with IRONLB_UPDATE_GOLDEN=1.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from speaker.bgp import bridge, peers, rendering, routes
+
+GOLDEN = Path(__file__).parent / "bgp_golden"
+GOLDEN_HELPER = ("/usr/bin/python3", "-I", "/opt/ironlb/bridge.py", "/run/ironlb/bgp/tor.sock")
+ip = ipaddress.ip_address
+net = ipaddress.ip_network
+
+PEERS: dict[str, peers.Peer] = {
+    "ebgp-basic": peers.Peer(
+        name="tor",
+        my_asn=64512,
+        peer_asn=64500,
+        peer_address=ip("10.250.0.1"),
+        source_address=ip("10.250.0.11"),
+    ),
+    "ibgp-password-port-gr": peers.Peer(
+        name="rr.example",
+        my_asn=64512,
+        peer_asn=64512,
+        peer_address=ip("10.250.0.1"),
+        peer_port=1179,
+        router_id=ipaddress.IPv4Address("192.0.2.7"),
+        hold_time=9,
+        password="s3cret; with \"quotes\" and 'more' # {}",
+        graceful_restart=True,
+    ),
+    "ebgp-multihop-dynamic-asn": peers.Peer(
+        name="far",
+        my_asn=4200000001,
+        peer_asn=None,
+        peer_address=ip("192.0.2.1"),
+        ebgp_multi_hop=True,
+    ),
+    "ipv6-fallback-router-id": peers.Peer(
+        name="tor6",
+        my_asn=64512,
+        peer_asn=64500,
+        peer_address=ip("fd00:250::1"),
+        source_address=ip("fd00:250::11"),
+        keepalive_time=10,
+    ),
+    "dual-stack": peers.Peer(
+        name="tor-dual",
+        my_asn=64512,
+        peer_asn=64500,
+        peer_address=ip("10.250.0.1"),
+        dual_stack=True,
+        ipv6_next_hop=ipaddress.IPv6Address("fd00:250::11"),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PEERS))
+def test_golden(name: str) -> None:
+    text = rendering.config(PEERS[name], GOLDEN_HELPER, node_name="node1")
+    path = GOLDEN / f"{name}.conf"
+    if os.environ.get("IRONLB_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+@pytest.fixture(scope="module")
+def exabgp_parser() -> Iterator[Any]:
+    """ExaBGP's own configuration loader, in-process (what `exabgp validate` runs)."""
+    from exabgp.configuration.configuration import Configuration
+    from exabgp.environment import getenv
+    from exabgp.logger import log
+
+    env = getenv()
+    env.log.enable = False
+    log.init(env)
+    yield Configuration
+
+
+def _parse(exabgp_parser: Any, tmp_path: Path, peer: peers.Peer) -> Any:
+    helper = (sys.executable, "-I", bridge.__file__, str(tmp_path / "api.sock"))
+    path = tmp_path / "exabgp.conf"
+    path.write_text(rendering.config(peer, helper, node_name="node1"))
+    loaded = exabgp_parser([str(path)])
+    assert loaded.reload(), str(loaded.error)
+    (neighbor,) = loaded.neighbors.values()
+    return neighbor
+
+
+@pytest.mark.parametrize("name", sorted(PEERS))
+def test_exabgp_accepts_and_reads_back(exabgp_parser: Any, tmp_path: Path, name: str) -> None:
+    peer = PEERS[name]
+    n = _parse(exabgp_parser, tmp_path, peer)
+    assert str(n["peer-address"]) == str(peer.peer_address)
+    assert n["local-as"] == peer.my_asn
+    assert n["peer-as"] == peer.peer_asn
+    assert n["hold-time"] == peer.effective_hold_time
+    assert n["connect"] == (0 if peer.peer_port == 179 else peer.peer_port)
+    assert n["outgoing-ttl"] == (1 if not peer.is_ibgp and not peer.ebgp_multi_hop else 255)
+    if peer.source_address is None:
+        assert n.auto_discovery
+    else:
+        assert str(n["local-address"]) == str(peer.source_address)
+    if peer.password:
+        assert n["md5-base64"] is True
+        assert base64.b64decode(n["md5-password"]).decode() == peer.password
+    else:
+        assert n["md5-password"] is None
+    expected_gr = peers.GRACEFUL_RESTART_TIME if peer.graceful_restart else False
+    assert n["capability"]["graceful-restart"] == expected_gr
+    families = {str(afi) for afi, _ in n.families()}
+    assert families == {f"ipv{f}" for f in peer.families}
+    assert n.api["neighbor-changes"] == [rendering.PROCESS_NAME]
+    assert n.api["send-update"] == [rendering.PROCESS_NAME]
+
+
+def test_router_id_choices() -> None:
+    v6 = PEERS["ipv6-fallback-router-id"]
+    assert peers.router_id(v6, "node1") == peers.fallback_router_id("node1")
+    assert peers.router_id(PEERS["ebgp-basic"], "x") == ipaddress.IPv4Address("10.250.0.11")
+    assert peers.router_id(PEERS["ebgp-multihop-dynamic-asn"], "x") == peers.fallback_router_id("x")
+    # CRC-32/IEEE check value of "123456789" is 0xCBF43926, written little-endian.
+    assert peers.fallback_router_id("123456789") == ipaddress.IPv4Address("38.57.244.203")
+
+
+def test_unsafe_helper_path_is_refused() -> None:
+    with pytest.raises(ValueError):
+        rendering.config(PEERS["ebgp-basic"], ("/tmp/a b/python",), "n")
+    with pytest.raises(ValueError):
+        rendering.config(PEERS["ebgp-basic"], ("python",), "n")
+
+
+def test_peer_checks() -> None:
+    ok = PEERS["ebgp-basic"]
+    assert peers.check(ok) == []
+    assert [p.field for p in peers.check(PEERS["ipv6-fallback-router-id"])] == []  # 10 x 3 = 30
+    odd = peers.Peer("p", 1, 2, ip("10.0.0.1"), hold_time=9, keepalive_time=1)
+    assert [p.field for p in peers.check(odd)] == ["keepaliveTime"]
+    assert peers.fatal(odd) == []
+    bad = peers.Peer("p", 1, 1, ip("10.0.0.1"), hold_time=2, password="x" * 81, ebgp_multi_hop=True)
+    assert [p.field for p in peers.check(bad)] == ["holdTime", "password", "ebgpMultiHop"]
+    assert [p.field for p in peers.fatal(bad)] == ["holdTime", "password"]
+
+
+# --- API commands --------------------------------------------------------------------------------
+
+A = routes.RouteAttributes
+C = routes.Community
+LC = routes.LargeCommunity
+
+
+def test_single_route_commands() -> None:
+    peer = PEERS["ebgp-basic"]
+    change = routes.Change(
+        announce={
+            net("10.252.0.1/32"): A(
+                local_pref=120,
+                communities=frozenset({C(65535, 65282), C(1111, 2222)}),
+                large_communities=frozenset({LC(123, 9999, 123)}),
+            )
+        },
+        withdraw=frozenset({net("10.252.0.9/32")}),
+    )
+    assert [c.text for c in rendering.commands(peer, change)] == [
+        "withdraw route 10.252.0.9/32",
+        "announce route 10.252.0.1/32 next-hop self origin igp local-preference 120 "
+        "community [ 1111:2222 65535:65282 ] large-community [ 123:9999:123 ]",
+    ]
+
+
+def test_batched_commands_group_by_attributes() -> None:
+    peer = PEERS["dual-stack"]
+    plain, tagged = A(), A(communities=frozenset({C(1, 1)}))
+    announce = {net(f"10.252.0.{i}/32"): (plain if i % 2 else tagged) for i in range(1, 8)}
+    announce[net("fd00:252::1/128")] = plain
+    withdraw = frozenset(net(f"10.253.0.{i}/32") for i in range(5))
+    cmds = rendering.commands(peer, routes.Change(announce, withdraw), batch=3)
+    assert [c.text for c in cmds] == [
+        "withdraw attributes nlri 10.253.0.0/32 10.253.0.1/32 10.253.0.2/32",
+        "withdraw attributes nlri 10.253.0.3/32 10.253.0.4/32",
+        "announce attributes next-hop self origin igp nlri "
+        "10.252.0.1/32 10.252.0.3/32 10.252.0.5/32",
+        "announce route 10.252.0.7/32 next-hop self origin igp",
+        "announce attributes next-hop self origin igp community [ 1:1 ] nlri "
+        "10.252.0.2/32 10.252.0.4/32 10.252.0.6/32",
+        "announce route fd00:252::1/128 next-hop fd00:250::11 origin igp",
+    ]
+    # Every prefix is carried exactly once, with its own attributes.
+    carried = {p: c.attributes for c in cmds for p in c.announce}
+    assert carried == announce
+    assert {p for c in cmds for p in c.withdraw} == withdraw
+
+
+def test_other_family_without_next_hop_is_refused() -> None:
+    change = routes.Change(announce={net("fd00:252::1/128"): A()})
+    with pytest.raises(ValueError):
+        rendering.commands(PEERS["ebgp-basic"], change)
+
+
+def test_teardown() -> None:
+    assert rendering.teardown(PEERS["ebgp-basic"]) == "neighbor 10.250.0.1 teardown 6"
