@@ -65,6 +65,7 @@ class Member:
     view: dict[str, str] = field(default_factory=dict)
     events: list[tuple[float, str, str]] = field(default_factory=list)  # (t, member, state)
     started: bool = False
+    health: int = 0  # Lifeguard local-health score last reported (0 = healthy)
 
 
 class Group:
@@ -153,6 +154,7 @@ class Group:
         with self.lock:
             member.view = {}
             member.started = False
+            member.health = 0
         process = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT
         )
@@ -171,6 +173,8 @@ class Group:
                     return
                 if event.get("event") == "started":
                     member.started = True
+                elif event.get("event") == "health":
+                    member.health = int(event["score"])
                 elif event.get("event") == "member":
                     member.view[event["member"]] = event["state"]
                     member.events.append((event["t"], event["member"], event["state"]))
@@ -217,6 +221,29 @@ class Group:
                 latest = max(latest, min(times))
         return latest
 
+    def settle(self, quiet: float = 1.0, limit: float = 20.0) -> None:
+        """Wait until every member reports local health 0 and none has reported a change for
+        `quiet` seconds: each trial starts from a steady group, not from the ripples of the
+        previous one (a member back from a cut link probes slowly until its health recovers)."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            with self.lock:
+                last = max((e[0] for m in self.members for e in m.events[-1:]), default=0.0)
+                healthy = all(m.health == 0 for m in self.members)
+            if healthy and time.monotonic() - last >= quiet:
+                return
+            time.sleep(0.05)
+
+    def first_report(self, subject: Member, states: set[str], since: float) -> float | None:
+        with self.lock:
+            times = [
+                t
+                for o in self.members
+                for t, x, s in o.events
+                if x == subject.name and s in states and t >= since
+            ]
+        return min(times, default=None)
+
     def false_deaths(self, since: float) -> int:
         with self.lock:
             return sum(1 for m in self.members for t, _, s in m.events if s in GONE and t >= since)
@@ -252,6 +279,7 @@ def group(
         for member in g.members:
             g.start(member)
         wait(g.converged, 30 + n, f"{n} members to converge")
+        g.settle()
         yield g
     finally:
         g.destroy()
@@ -274,12 +302,17 @@ def trials(g: Group, kind: str, count: int, budget: float) -> list[float]:
             g.cut(victim)
         done = wait(functools.partial(g.all_report, victim, states, start), budget, kind)
         times.append(done - start)
+        if os.environ.get("ILBM_BENCH_DEBUG"):
+            first = g.first_report(victim, {"suspect"}, start)
+            suspected = first - start if first else -1.0
+            print(f"    {kind} {victim.name}: suspect {suspected:.3f}s, all {done - start:.3f}s")
         if kind == "linkcut":
             g.restore(victim)
         else:
             g.stop(victim, signal.SIGKILL)
             g.start(victim)
         wait(g.converged, budget + 30, f"recovery after {kind}")
+        g.settle()
     return times
 
 

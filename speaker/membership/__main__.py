@@ -122,9 +122,20 @@ async def run(args: argparse.Namespace) -> int:
                 current = fresh
                 member.set_keyring(fresh)
 
-    reloader = asyncio.create_task(reload_keys())
+    async def report_health() -> None:
+        # Lifeguard's local-health score, so that observers (the benchmark) can tell when a
+        # member has recovered from an episode; printed only when it changes.
+        reported = 0
+        while True:
+            await asyncio.sleep(0.25)
+            if member.machine.awareness != reported:
+                reported = member.machine.awareness
+                logs.event(out, event="health", node=args.name, score=reported)
+
+    tasks = [asyncio.create_task(reload_keys()), asyncio.create_task(report_health())]
     await stop.wait()
-    reloader.cancel()
+    for task in tasks:
+        task.cancel()
     await member.leave()
     logs.event(out, event="stopped", node=args.name)
     return 0
