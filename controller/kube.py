@@ -1,0 +1,368 @@
+"""The controller's one door to the Kubernetes API: a thin asyncio client over aiohttp.
+
+kopf owns the watch streams; everything else the controller says to the apiserver goes through
+here: the initial LISTs that rebuild state on start, status and annotation patches, Events, pool
+status, the leader Lease and the webhook's lists. Keeping it in one place buys two things. The
+bench and the tests can count every write the controller makes (`Client.writes`, also exported
+as a metric), which is how "a restart of a settled cluster makes zero writes" is proved. And the
+floor the bench compares against uses this same client with the same connection limit, so the
+comparison measures the controller, not a different HTTP stack.
+
+Credentials come from a kubeconfig (`--kubeconfig`, else `$KUBECONFIG`, else `~/.kube/config`)
+or, inside a Pod, from the ServiceAccount files; the same `Credentials` are handed to kopf so
+that both talk to one server as one user.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import os
+import ssl
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import yaml
+
+# In-flight requests allowed at once. The bench's floor uses the same number (be honest).
+CONCURRENCY = 8
+REQUEST_TIMEOUT_S = 30.0
+LIST_CHUNK = 500
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+Object = dict[str, Any]
+
+
+class ConfigError(Exception):
+    """No usable credentials; the message says what is missing."""
+
+
+class ApiError(Exception):
+    """A request the apiserver refused, or that never got an answer (status 0)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def retryable(self) -> bool:
+        """Worth trying again later: no answer, throttled, or a server-side failure."""
+        return self.status in (0, 429, 500, 502, 503, 504)
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """Where the apiserver is and how to prove who we are; paths only, never key material."""
+
+    server: str
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    token: str | None = None
+    token_file: str | None = None
+    insecure: bool = False
+    namespace: str | None = None  # the context's (or the Pod's) namespace, if any
+
+    def bearer(self) -> str | None:
+        if self.token_file:
+            # Projected ServiceAccount tokens rotate; read the file on every use.
+            return Path(self.token_file).read_text().strip()
+        return self.token
+
+
+def _materialise(data: str, directory: list[str], name: str) -> str:
+    """Write base64 `*-data` from a kubeconfig to a private file (ssl wants paths)."""
+    if not directory:
+        directory.append(tempfile.mkdtemp(prefix="ironlb-creds-"))
+    path = Path(directory[0]) / name
+    path.write_bytes(base64.b64decode(data))
+    path.chmod(0o600)
+    return str(path)
+
+
+def _path_or_data(
+    section: Mapping[str, Any], key: str, base: Path, scratch: list[str]
+) -> str | None:
+    if section.get(f"{key}-data"):
+        return _materialise(str(section[f"{key}-data"]), scratch, key)
+    value = section.get(key)
+    if not value:
+        return None
+    path = Path(str(value))
+    return str(path if path.is_absolute() else base / path)
+
+
+def from_kubeconfig(path: str | os.PathLike[str]) -> Credentials:
+    """The current context of a kubeconfig file (client certificates or a token)."""
+    file = Path(path)
+    try:
+        config = yaml.safe_load(file.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read kubeconfig {file}: {e}") from e
+    by_name = {
+        section: {item["name"]: item.get(section[:-1], {}) for item in config.get(section) or []}
+        for section in ("contexts", "clusters", "users")
+    }
+    current = config.get("current-context")
+    context = by_name["contexts"].get(current)
+    if context is None:
+        raise ConfigError(f"kubeconfig {file} has no current context")
+    cluster = by_name["clusters"].get(context.get("cluster"))
+    if not cluster or not cluster.get("server"):
+        raise ConfigError(f"kubeconfig {file}: context {current!r} names no cluster with a server")
+    user = by_name["users"].get(context.get("user"), {})
+    base, scratch = file.parent, list[str]()
+    token_file = user.get("tokenFile")
+    return Credentials(
+        server=str(cluster["server"]).rstrip("/"),
+        ca_file=_path_or_data(cluster, "certificate-authority", base, scratch),
+        cert_file=_path_or_data(user, "client-certificate", base, scratch),
+        key_file=_path_or_data(user, "client-key", base, scratch),
+        token=user.get("token"),
+        token_file=str(base / token_file) if token_file else None,
+        insecure=bool(cluster.get("insecure-skip-tls-verify", False)),
+        namespace=context.get("namespace"),
+    )
+
+
+def in_cluster() -> Credentials:
+    host, port = (
+        os.environ.get("KUBERNETES_SERVICE_HOST"),
+        os.environ.get("KUBERNETES_SERVICE_PORT"),
+    )
+    if not host or not port or not (SERVICE_ACCOUNT_DIR / "token").exists():
+        raise ConfigError("no kubeconfig given and not running inside a Pod")
+    if ":" in host:
+        host = f"[{host}]"
+    namespace_file = SERVICE_ACCOUNT_DIR / "namespace"
+    return Credentials(
+        server=f"https://{host}:{port}",
+        ca_file=str(SERVICE_ACCOUNT_DIR / "ca.crt"),
+        token_file=str(SERVICE_ACCOUNT_DIR / "token"),
+        namespace=namespace_file.read_text().strip() if namespace_file.exists() else None,
+    )
+
+
+def load(kubeconfig: str | None) -> Credentials:
+    """`--kubeconfig`, else `$KUBECONFIG` (its first file), else in-cluster, else ~/.kube/config."""
+    if kubeconfig:
+        return from_kubeconfig(kubeconfig)
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return from_kubeconfig(env.split(os.pathsep)[0])
+    try:
+        return in_cluster()
+    except ConfigError:
+        default = Path.home() / ".kube" / "config"
+        if default.exists():
+            return from_kubeconfig(default)
+        raise
+
+
+def ssl_context(credentials: Credentials) -> ssl.SSLContext | bool:
+    if not credentials.server.startswith("https"):
+        return False
+    context = ssl.create_default_context(cafile=credentials.ca_file)
+    if credentials.insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if credentials.cert_file and credentials.key_file:
+        context.load_cert_chain(credentials.cert_file, credentials.key_file)
+    return context
+
+
+# --- paths ---------------------------------------------------------------------------------------
+
+
+def core_path(resource: str, namespace: str | None = None, name: str | None = None) -> str:
+    parts = ["/api/v1"]
+    if namespace is not None:
+        parts.append(f"namespaces/{quote(namespace)}")
+    parts.append(resource)
+    if name is not None:
+        parts.append(quote(name))
+    return "/".join(parts)
+
+
+def group_path(
+    group: str,
+    version: str,
+    resource: str,
+    namespace: str | None = None,
+    name: str | None = None,
+) -> str:
+    parts = [f"/apis/{group}/{version}"]
+    if namespace is not None:
+        parts.append(f"namespaces/{quote(namespace)}")
+    parts.append(resource)
+    if name is not None:
+        parts.append(quote(name))
+    return "/".join(parts)
+
+
+def resource_of(path: str) -> str:
+    """`services/status` from `/api/v1/namespaces/x/services/y/status`: a metric label."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if parts[:1] == ["namespaces"] and len(parts) > 2:
+        parts = parts[2:]
+    if len(parts) >= 3:
+        return f"{parts[0]}/{parts[2]}"
+    return parts[0] if parts else "?"
+
+
+# --- the client ----------------------------------------------------------------------------------
+
+WriteHook = Callable[[str, str], None]
+
+
+class Client:
+    """Requests with a bounded number in flight; every write is counted by (verb, resource)."""
+
+    def __init__(
+        self,
+        credentials: Credentials,
+        *,
+        concurrency: int = CONCURRENCY,
+        on_write: WriteHook | None = None,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        self.credentials = credentials
+        self.concurrency = concurrency
+        self.writes: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._on_write = on_write
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self.concurrency, ssl=ssl_context(self.credentials)
+            )
+            self._session = aiohttp.ClientSession(
+                base_url=self.credentials.server,
+                connector=connector,
+                timeout=self._timeout,
+                # Lists of 10,000 Services are tens of megabytes; do not cap responses.
+                read_bufsize=2**20,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    @property
+    def total_writes(self) -> int:
+        return sum(self.writes.values())
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        token = self.credentials.bearer()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        session = self._open()
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        if method != "GET":
+            verb = {"POST": "create", "PUT": "update"}.get(method, method.lower())
+            self.writes[(verb, resource_of(path))] += 1
+            if self._on_write is not None:
+                self._on_write(verb, resource_of(path))
+        try:
+            async with session.request(
+                method,
+                path,
+                params=params,
+                data=data,
+                headers=self._headers(content_type if data is not None else None),
+            ) as response:
+                raw = await response.read()
+                if response.status >= 400:
+                    raise _error(response.status, raw)
+                return json.loads(raw) if raw else None
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            raise ApiError(0, "Unavailable", f"{method} {path}: {e!r}") from e
+
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> Object:
+        result: Object = await self.request("GET", path, params=params)
+        return result
+
+    async def list(
+        self, path: str, params: Mapping[str, str] | None = None, *, chunk: int = LIST_CHUNK
+    ) -> tuple[list[Object], str]:
+        """Every item (following `continue`) and the list's resourceVersion."""
+        items: list[Object] = []
+        query = dict(params or {})
+        query["limit"] = str(chunk)
+        while True:
+            page = await self.get(path, query)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
+            if not token:
+                return items, str(meta.get("resourceVersion", ""))
+            query["continue"] = token
+
+    async def create(self, path: str, body: Object) -> Object:
+        result: Object = await self.request("POST", path, body=body)
+        return result
+
+    async def replace(self, path: str, body: Object) -> Object:
+        result: Object = await self.request("PUT", path, body=body)
+        return result
+
+    async def merge_patch(self, path: str, body: Object) -> Object:
+        result: Object = await self.request(
+            "PATCH", path, body=body, content_type="application/merge-patch+json"
+        )
+        return result
+
+    async def delete(self, path: str) -> None:
+        await self.request("DELETE", path)
+
+
+def _error(status: int, raw: bytes) -> ApiError:
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        payload = None
+    if isinstance(payload, dict):
+        return ApiError(status, str(payload.get("reason", "")), str(payload.get("message", "")))
+    return ApiError(status, "", raw[:300].decode(errors="replace"))

@@ -1,0 +1,326 @@
+"""The controller process: kopf for the watches, our own loop for everything else.
+
+Order of start-up, and why:
+1. metrics and (optionally) the admission webhook listen at once, so probes and admission work
+   on standby replicas too;
+2. the leader Lease is acquired; only then is anything decided;
+3. Services, pools and Namespaces are LISTed and the allocator rebuilt from existing status,
+   and the first round runs (a settled cluster needs no write); the process is then ready;
+4. kopf starts watching. Its `@kopf.on.event` handlers only feed the snapshot; they never
+   return anything kopf would write, and kopf is configured so that it cannot write either:
+   progress and diff-base storages that store nothing, no finalizers (no handler needs one),
+   its own Event posting off (we post MetalLB's Events ourselves), no peering objects.
+A lost Lease ends the process at once (exit code 3): the writers already check the Lease before
+every request, and a new replica takes over from a clean start.
+
+Logs are JSON lines (ts, level, msg, logger, plus the record's fields), kopf's included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from controller import certs, kube, leader, metrics, reconciling, webhook
+from ironlb import model
+
+log = logging.getLogger("ironlb.controller")
+
+EXIT_LEASE_LOST = 3
+STARTED = time.monotonic()
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    namespace: str = "metallb-system"
+    lb_class: str = ""
+    kubeconfig: str | None = None
+    metrics_port: int = 7472
+    webhook_port: int = 0
+    webhook_cert_dir: str | None = None
+    lease_name: str = "ironlb-controller"
+    lease_duration: int = 15
+    log_level: str = "info"
+    resync_s: float = reconciling.RESYNC_S
+
+
+# --- logging -------------------------------------------------------------------------------------
+
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+LEVELS = {
+    "all": logging.DEBUG,
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "none": logging.CRITICAL + 1,
+}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line; extra fields of the record become keys."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(),
+            "msg": record.getMessage(),
+            "logger": record.name,
+        }
+        for key, value in record.__dict__.items():
+            if key in _STANDARD or key == "settings" or key.startswith("k8s_"):
+                continue
+            line[key] = value if isinstance(value, str | int | float | bool | None) else str(value)
+        ref = record.__dict__.get("k8s_ref")
+        if isinstance(ref, Mapping):
+            line["object"] = f"{ref.get('namespace') or ''}/{ref.get('name') or ''}".lstrip("/")
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line, separators=(",", ":"))
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(LEVELS[level])
+    # kopf narrates every event at INFO; keep that for debugging only.
+    kopf_level = logging.DEBUG if level in ("all", "debug") else logging.WARNING
+    logging.getLogger("kopf").setLevel(max(kopf_level, LEVELS[level]))
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+# --- kopf ----------------------------------------------------------------------------------------
+
+
+class _NoProgress(kopf.ProgressStorage):
+    """Remembers nothing, so kopf has nothing to write onto users' Services.
+
+    Only `@kopf.on.event` handlers are registered, which keep no progress anyway; this makes
+    sure a handler added later cannot start annotating objects behind our back."""
+
+    def fetch(self, **_: Any) -> None:
+        return None
+
+    def store(self, **_: Any) -> None:
+        pass
+
+    def purge(self, **_: Any) -> None:
+        pass
+
+    def touch(self, **_: Any) -> None:
+        pass
+
+    def clear(self, *, essence: Any) -> Any:
+        return super().clear(essence=essence)
+
+
+class _NoDiffBase(kopf.DiffBaseStorage):
+    """No last-handled-configuration annotation either."""
+
+    def fetch(self, **_: Any) -> None:
+        return None
+
+    def store(self, **_: Any) -> None:
+        pass
+
+
+def settings() -> kopf.OperatorSettings:
+    s = kopf.OperatorSettings()
+    s.posting.enabled = False
+    s.persistence.progress_storage = _NoProgress()
+    s.persistence.diffbase_storage = _NoDiffBase()
+    s.peering.standalone = True
+    s.peering.clusterwide = True
+    # The resources are known up front; no CRD/namespace scanning (and no RBAC for it).
+    s.scanning.disabled = True
+    s.watching.server_timeout = 300
+    s.watching.client_timeout = 330
+    s.networking.request_timeout = 60
+    return s
+
+
+def registry(reconciler: reconciling.Reconciler, credentials: kube.Credentials) -> Any:
+    r = kopf.OperatorRegistry()
+    pool_plural, pool_versions = model.RESOURCES[model.IP_ADDRESS_POOL]
+
+    @kopf.on.login(registry=r)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(
+            server=credentials.server,
+            ca_path=credentials.ca_file,
+            insecure=credentials.insecure,
+            token=credentials.bearer(),
+            scheme="Bearer" if credentials.bearer() else None,
+            certificate_path=credentials.cert_file,
+            private_key_path=credentials.key_file,
+            default_namespace=credentials.namespace,
+        )
+
+    @kopf.on.event("v1", "services", registry=r)
+    async def service_event(event: Mapping[str, Any], **_: Any) -> None:
+        reconciler.observe_service(event.get("type"), event["object"])
+
+    @kopf.on.event(model.GROUP, pool_versions[-1], pool_plural, registry=r)
+    async def pool_event(event: Mapping[str, Any], **_: Any) -> None:
+        reconciler.observe_pool(event.get("type"), event["object"])
+
+    @kopf.on.event("v1", "namespaces", registry=r)
+    async def namespace_event(event: Mapping[str, Any], **_: Any) -> None:
+        reconciler.observe_namespace(event.get("type"), event["object"])
+
+    return r
+
+
+# --- the webhook's lister, over our client ------------------------------------------------------
+
+
+def lister(client: kube.Client, namespace: str) -> webhook.Lister:
+    async def list_kind(kind: str) -> list[Mapping[str, Any]]:
+        if kind == model.SECRET:
+            secrets_, _ = await client.list(kube.core_path("secrets", namespace))
+            return [{"metadata": {"name": s["metadata"]["name"]}} for s in secrets_]
+        plural, versions = model.RESOURCES[kind]
+        items, _ = await client.list(kube.group_path(model.GROUP, versions[-1], plural, namespace))
+        return list(items)
+
+    return list_kind
+
+
+# --- the process ---------------------------------------------------------------------------------
+
+
+def identity() -> str:
+    """Pod name (the hostname inside a Pod) plus something unique to this process."""
+    return f"{socket.gethostname()}_{os.getpid()}_{secrets.token_hex(3)}"
+
+
+async def _first(*tasks: asyncio.Future[Any]) -> None:
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+
+
+async def run(options: Options) -> int:
+    credentials = kube.load(options.kubeconfig)
+    stats = metrics.Metrics()
+    client = kube.Client(credentials, on_write=stats.count_write)
+    me = identity()
+    elector = leader.Elector(
+        client, options.namespace, options.lease_name, me, options.lease_duration
+    )
+    reconciler = reconciling.Reconciler(
+        client,
+        namespace=options.namespace,
+        lb_class=options.lb_class,
+        instance=me,
+        stats=stats,
+        may_write=elector.holding,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    servers: list[Any] = []
+    if options.metrics_port:
+        server = metrics.Server(stats, reconciler.ready.is_set, port=options.metrics_port)
+        await server.start()
+        servers.append(server)
+        log.info("metrics listening", extra={"port": server.port})
+    if options.webhook_port:
+        certificate = None
+        if options.webhook_cert_dir:
+            d = options.webhook_cert_dir
+            certificate = certs.load(f"{d}/tls.crt", f"{d}/tls.key", f"{d}/ca.crt")
+        hook = webhook.WebhookServer(
+            lister(client, options.namespace),
+            options.namespace,
+            port=options.webhook_port,
+            certificate=certificate,
+        )
+        await hook.start()
+        servers.append(hook)
+        log.info("webhook listening", extra={"port": hook.port})
+
+    log.info(
+        "ironlb controller starting",
+        extra={"identity": me, "namespace": options.namespace, "lb_class": options.lb_class},
+    )
+    stopping = asyncio.ensure_future(stop.wait())
+    tasks: list[asyncio.Future[Any]] = []
+    kopf_stop = asyncio.Event()
+    code = 0
+    try:
+        acquiring = asyncio.ensure_future(elector.acquire())
+        await _first(acquiring, stopping)
+        if not acquiring.done():
+            acquiring.cancel()
+            return 0
+        acquiring.result()
+        stats.leader.set(1)
+        keeping = asyncio.ensure_future(elector.keep())
+        tasks.append(keeping)
+        await reconciler.load()
+        running = asyncio.ensure_future(reconciler.run())
+        tasks.append(running)
+        readying = asyncio.ensure_future(reconciler.ready.wait())
+        await _first(readying, running, keeping, stopping)
+        if readying.done():
+            log.info(
+                "ready",
+                extra={
+                    "seconds_since_start": round(time.monotonic() - STARTED, 3),
+                    "writes": client.total_writes,
+                    "services": len(reconciler.services),
+                },
+            )
+            operator = asyncio.ensure_future(
+                kopf.operator(
+                    registry=registry(reconciler, credentials),
+                    settings=settings(),
+                    clusterwide=True,
+                    standalone=True,
+                    stop_flag=kopf_stop,
+                )
+            )
+            tasks += [operator, asyncio.ensure_future(reconciler.resync_forever(options.resync_s))]
+            await _first(running, keeping, stopping, operator)
+        else:
+            readying.cancel()
+        if keeping.done():
+            stats.leader.set(0)
+            log.error("leader lease lost: exiting")
+            code = EXIT_LEASE_LOST
+        elif running.done() and running.exception() is not None:
+            log.error("reconciler failed", exc_info=running.exception())
+            code = 1
+    finally:
+        kopf_stop.set()
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+        if code != EXIT_LEASE_LOST:
+            await elector.release()
+        stopping.cancel()
+        for server in servers:
+            await server.stop()
+        await client.close()
+        log.info("stopped", extra={"writes": client.total_writes, "exit_code": code})
+    return code
