@@ -1,0 +1,837 @@
+"""The network lab: a ToR router, a control plane, N nodes and a client in network namespaces.
+
+Every end-to-end test, benchmark and the demo run against the same small data centre, so its
+shape and addresses are fixed here (and in docs/lab.md) rather than chosen by each user:
+
+    root ns --(10.253.0.0/30)-- ilb-cp (etcd + kube-apiserver)
+                                  | eth0
+    ilb-node1..N eth0 --------- br0 in ilb-tor (FRR: zebra, bgpd, bfdd) --- ilb-client
+                  LAN 10.250.0.0/24, fd00:250::/64        client link 10.251.0.0/24, fd00:251::/64
+
+The ToR owns the LAN bridge itself (a ToR is a switch and a router), so a client's packets to a
+VIP are routed by the ToR: it resolves L2 VIPs with ARP/NDP on br0 and reaches BGP VIPs through
+the routes the nodes announce. Nodes behave like kube-proxy with strictARP: their kernels never
+answer ARP for addresses on other interfaces, so only the speaker answers for a VIP.
+
+`up` is all-or-nothing (any failure removes everything it made and raises one line);
+`down` removes every `ilb-*` namespace, veth and process in them, and is idempotent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import ssl
+import string
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from hack import cluster as local_cluster
+
+ROOT = Path(__file__).resolve().parent.parent
+CRDS = ROOT / "crds"
+FRR_TEMPLATE = Path(__file__).resolve().parent / "frr" / "tor.conf"
+DEFAULT_DIR = local_cluster.CACHE / "lab"
+MARKER = "lab.json"
+
+# --- the addressing plan (others rely on it; docs/lab.md repeats it) -----------------------------
+
+PREFIX = "ilb-"
+NS_CP = "ilb-cp"
+NS_TOR = "ilb-tor"
+NS_CLIENT = "ilb-client"
+MAX_NODES = 50
+
+LAN_V4 = ipaddress.IPv4Network("10.250.0.0/24")
+LAN_V6 = ipaddress.IPv6Network("fd00:250::/64")
+TOR_LAN_V4 = ipaddress.IPv4Address("10.250.0.1")
+TOR_LAN_V6 = ipaddress.IPv6Address("fd00:250::1")
+CP_LAN_V4 = ipaddress.IPv4Address("10.250.0.2")
+CP_LAN_V6 = ipaddress.IPv6Address("fd00:250::2")
+
+CLIENT_NET_V4 = ipaddress.IPv4Network("10.251.0.0/24")
+CLIENT_NET_V6 = ipaddress.IPv6Network("fd00:251::/64")
+TOR_CLIENT_V4 = ipaddress.IPv4Address("10.251.0.1")
+TOR_CLIENT_V6 = ipaddress.IPv6Address("fd00:251::1")
+CLIENT_V4 = ipaddress.IPv4Address("10.251.0.2")
+CLIENT_V6 = ipaddress.IPv6Address("fd00:251::2")
+
+HOST_NET = ipaddress.IPv4Network("10.253.0.0/30")
+HOST_V4 = ipaddress.IPv4Address("10.253.0.1")
+CP_HOST_V4 = ipaddress.IPv4Address("10.253.0.2")
+HOST_LINK = "ilb-cp0"  # the root namespace's end of the root<->cp veth
+
+APISERVER_PORT = 6443
+APISERVER_FROM_HOST = f"https://{CP_HOST_V4}:{APISERVER_PORT}"
+APISERVER_FROM_NODES = f"https://{CP_LAN_V4}:{APISERVER_PORT}"
+
+L2_POOL_V4 = (ipaddress.IPv4Address("10.250.0.200"), ipaddress.IPv4Address("10.250.0.250"))
+L2_POOL_V6 = (ipaddress.IPv6Address("fd00:250::200"), ipaddress.IPv6Address("fd00:250::250"))
+BGP_POOL_V4 = ipaddress.IPv4Network("10.252.0.0/24")
+BGP_POOL_V6 = ipaddress.IPv6Network("fd00:252::/120")
+
+TOR_ASN = 64500
+TOR_ROUTER_ID = TOR_LAN_V4
+
+TOR_MAC = "02:00:0a:fa:00:01"
+CP_MAC = "02:00:0a:fa:00:02"
+TOR_CLIENT_MAC = "02:00:0a:fb:00:01"
+CLIENT_MAC = "02:00:0a:fb:00:02"
+
+REQUIRED_TOOLS = ("ip", "sysctl", "ss", "arping", "ndisc6", "tcpdump", "ping", "vtysh")
+FRR_DAEMONS = ("zebra", "bgpd", "bfdd")
+FRR_BIN = Path("/usr/lib/frr")
+STOP_TIMEOUT_S = 5.0
+READY_TIMEOUT_S = 20.0
+
+
+class LabError(Exception):
+    """A failure a person can act on; its message is one line."""
+
+
+def _load_yaml(path: Path) -> Any:
+    import yaml  # the venv has PyYAML; imported late so `hack/lab down` needs nothing but stdlib
+
+    return yaml.safe_load(path.read_text())
+
+
+def log(message: str) -> None:
+    print(f"lab: {message}", file=sys.stderr, flush=True)
+
+
+def node_name(index: int) -> str:
+    """Kubernetes Node name of node `index` (1-based)."""
+    return f"node{index}"
+
+
+def node_namespace(index: int) -> str:
+    return f"{PREFIX}node{index}"
+
+
+def node_v4(index: int) -> ipaddress.IPv4Address:
+    return LAN_V4[10 + index]
+
+
+def node_v6(index: int) -> ipaddress.IPv6Address:
+    # The host part is written with decimal digits (node1 = fd00:250::11), like the v4 plan.
+    return ipaddress.IPv6Address(f"{LAN_V6.network_address}{10 + index}")
+
+
+def node_mac(index: int) -> str:
+    return f"02:00:0a:fa:00:{10 + index:02x}"
+
+
+def namespace(name: str) -> str:
+    """`tor`, `node1`, `ilb-tor` ... -> the namespace's full name."""
+    return name if name.startswith(PREFIX) else PREFIX + name
+
+
+# --- small process helpers ------------------------------------------------------------------------
+
+
+def _run(argv: Sequence[str], what: str, input: str | None = None) -> str:
+    try:
+        result = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise LabError(f"{what}: {e}") from e
+    if result.returncode != 0:
+        lines = (result.stderr or result.stdout).strip().splitlines() or ["(no output)"]
+        raise LabError(f"{what} failed: {lines[0]}")
+    return result.stdout
+
+
+def _ip_batch(commands: Sequence[str], netns: str | None, what: str) -> None:
+    """Many `ip` commands in one process: the lab's set-up is mostly process start-up cost."""
+    argv = ["ip", *(["-n", netns] if netns else []), "-batch", "-"]
+    _run(argv, what, input="\n".join(commands) + "\n")
+
+
+def _namespaces() -> list[str]:
+    result = subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True)
+    if result.returncode != 0 or not result.stdout.strip():
+        return []
+    return [entry["name"] for entry in json.loads(result.stdout)]
+
+
+def _lab_namespaces() -> list[str]:
+    return [n for n in _namespaces() if n.startswith(PREFIX)]
+
+
+def _root_links() -> list[str]:
+    result = subprocess.run(["ip", "-j", "link", "show"], capture_output=True, text=True)
+    if result.returncode != 0 or not result.stdout.strip():
+        return []
+    return [entry["ifname"] for entry in json.loads(result.stdout) if "ifname" in entry]
+
+
+def _namespace_pids(ns: str) -> list[int]:
+    result = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    return [int(p) for p in result.stdout.split() if p.isdigit() and int(p) != os.getpid()]
+
+
+def _alive(pid: int) -> bool:
+    return local_cluster._alive(pid)
+
+
+def _stop(pids: Sequence[int], timeout: float = STOP_TIMEOUT_S) -> list[int]:
+    """SIGTERM, then SIGKILL what is left; returns pids that survived both."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        _reap()
+        time.sleep(0.02)
+    for pid in pids:
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        _reap()
+        time.sleep(0.02)
+    return [p for p in pids if _alive(p)]
+
+
+def _reap() -> None:
+    """Collect exited children (processes this interpreter started with `popen`)."""
+    with contextlib.suppress(ChildProcessError):
+        while True:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    process: subprocess.Popen[str]
+    what: str
+    input: str | None
+
+
+def _finish(pending: Sequence[_Pending]) -> list[str]:
+    """Wait for every started command; the first failure (after all ended) is raised."""
+    outputs, failure = [], None
+    for p in pending:
+        try:
+            out, err = p.process.communicate(input=p.input, timeout=60)
+        except subprocess.TimeoutExpired:
+            p.process.kill()
+            out, err = p.process.communicate()
+            err = err or "timed out"
+        outputs.append(out)
+        if p.process.returncode != 0 and failure is None:
+            lines = (err or out).strip().splitlines() or ["(no output)"]
+            failure = f"{p.what} failed: {lines[0]}"
+    if failure:
+        raise LabError(failure)
+    return outputs
+
+
+# --- the lab --------------------------------------------------------------------------------------
+
+
+def frr_directory(directory: Path) -> Path:
+    """FRR's sockets and logs: outside the lab directory because FRR runs as user `frr`, which
+    cannot enter root's home; named after the lab directory so `down` finds it without state."""
+    digest = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"ironlb-lab-{digest}"
+
+
+@dataclasses.dataclass
+class Lab:
+    """One lab rooted at a state directory; see the module docstring for the topology."""
+
+    nodes: int = 3
+    directory: Path = DEFAULT_DIR
+
+    def __post_init__(self) -> None:
+        self.directory = Path(self.directory).resolve()
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise LabError(f"--nodes must be between 1 and {MAX_NODES}, not {self.nodes}")
+
+    # names and addresses -------------------------------------------------------------------------
+
+    @property
+    def node_names(self) -> list[str]:
+        return [node_name(i) for i in range(1, self.nodes + 1)]
+
+    @property
+    def node_namespaces(self) -> list[str]:
+        return [node_namespace(i) for i in range(1, self.nodes + 1)]
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [NS_CP, NS_TOR, NS_CLIENT, *self.node_namespaces]
+
+    def node_mac(self, index: int) -> str:
+        self._check_index(index)
+        return node_mac(index)
+
+    def node_v4(self, index: int) -> ipaddress.IPv4Address:
+        self._check_index(index)
+        return node_v4(index)
+
+    def node_v6(self, index: int) -> ipaddress.IPv6Address:
+        self._check_index(index)
+        return node_v6(index)
+
+    def _check_index(self, index: int) -> None:
+        if not 1 <= index <= self.nodes:
+            raise LabError(f"node index {index} outside 1..{self.nodes}")
+
+    @property
+    def cluster(self) -> local_cluster.Cluster:
+        # etcd and the apiserver's advertised address sit on the host link, the one address the
+        # root namespace (where the readiness probe and the tests run) can reach; the apiserver
+        # itself listens on every address of ilb-cp, so nodes use the LAN address.
+        return local_cluster.Cluster(
+            directory=self.directory / "cluster",
+            bind=str(CP_HOST_V4),
+            ports=local_cluster.Ports(APISERVER_PORT, 2379, 2380),
+            netns=NS_CP,
+            extra_addresses=(str(CP_LAN_V4), str(CP_LAN_V6)),
+        )
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Kubeconfig for the root namespace (tests, kubectl on the host)."""
+        return self.cluster.kubeconfig
+
+    @property
+    def node_kubeconfig(self) -> Path:
+        """Kubeconfig for processes inside node namespaces (server on the LAN address)."""
+        return self.directory / "kubeconfig-nodes"
+
+    @property
+    def frr_directory(self) -> Path:
+        return frr_directory(self.directory)
+
+    # running commands ----------------------------------------------------------------------------
+
+    def argv(self, ns: str, *argv: str) -> list[str]:
+        return ["ip", "netns", "exec", namespace(ns), *argv]
+
+    def exec(
+        self,
+        ns: str,
+        *argv: str,
+        check: bool = False,
+        timeout: float = 30.0,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command in a lab namespace (`tor`, `node1`, `ilb-client`, ...) to completion."""
+        result = subprocess.run(
+            self.argv(ns, *argv), input=input, capture_output=True, text=True, timeout=timeout
+        )
+        if check and result.returncode != 0:
+            raise LabError(
+                f"{' '.join(argv)} in {namespace(ns)} failed ({result.returncode}): "
+                f"{(result.stderr or result.stdout).strip()[:300]}"
+            )
+        return result
+
+    def popen(self, ns: str, *argv: str, **kwargs: Any) -> subprocess.Popen[Any]:
+        """Start a long-running command in a namespace; `down` kills it if the caller did not."""
+        kwargs.setdefault("start_new_session", True)
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        return subprocess.Popen(self.argv(ns, *argv), **kwargs)
+
+    def vtysh(self, *commands: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """vtysh on the ToR; each argument is one `-c` command."""
+        args = ["vtysh", "--vty_socket", str(self.frr_directory)]
+        for command in commands:
+            args += ["-c", command]
+        return self.exec(NS_TOR, *args, check=check)
+
+    # up ------------------------------------------------------------------------------------------
+
+    def check_prerequisites(self) -> None:
+        if os.geteuid() != 0:
+            raise LabError("the lab needs root (network namespaces, raw sockets): run as root")
+        missing = [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
+        missing += [str(FRR_BIN / d) for d in FRR_DAEMONS if not (FRR_BIN / d).exists()]
+        if missing:
+            raise LabError(
+                f"missing {', '.join(missing)}: run hack/setup "
+                "(Debian: iproute2 iputils-ping iputils-arping ndisc6 tcpdump frr)"
+            )
+        binaries = local_cluster.missing_binaries()
+        if binaries:
+            raise LabError(f"missing {', '.join(binaries)}: run `hack/cluster install` first")
+
+    def up(self) -> None:
+        self.check_prerequisites()
+        existing = _lab_namespaces()
+        if existing:
+            raise LabError(
+                f"a lab is already running (namespaces {', '.join(existing)}); "
+                "run `hack/lab down` first"
+            )
+        if HOST_LINK in _root_links():
+            raise LabError(f"link {HOST_LINK} exists in the root namespace; run `hack/lab down`")
+        if self.directory.exists() and any(self.directory.iterdir()):
+            raise LabError(
+                f"stale lab directory {self.directory}; run `hack/lab down --dir {self.directory}`"
+            )
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            (self.directory / MARKER).write_text(
+                json.dumps({"nodes": self.nodes, "frr": str(self.frr_directory)}) + "\n"
+            )
+            self._make_namespaces()
+            self._make_links()
+            self._start_frr()
+            self.cluster.up()
+            self._write_node_kubeconfig()
+            self._prepare_cluster()
+            self._wait_frr()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.down()
+            raise
+
+    def _make_namespaces(self) -> None:
+        _ip_batch([f"netns add {ns}" for ns in self.namespaces], None, "creating namespaces")
+        # Sysctls before the links exist, so that every interface inherits `default`.
+        common = [
+            "net.ipv6.conf.all.accept_dad=0",
+            "net.ipv6.conf.default.accept_dad=0",
+            "net.ipv6.conf.all.accept_ra=0",
+            "net.ipv6.conf.default.accept_ra=0",
+        ]
+        per_ns = {ns: list(common) for ns in self.namespaces}
+        per_ns[NS_TOR] += ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]
+        for ns in self.node_namespaces:
+            # What kube-proxy's strictARP asks of a node: the kernel answers ARP only for
+            # addresses on the receiving interface and picks a source on that interface.
+            per_ns[ns] += [
+                f"net.ipv4.conf.{scope}.{key}={value}"
+                for scope in ("all", "default")
+                for key, value in (("arp_ignore", 1), ("arp_announce", 2))
+            ]
+        procs = {
+            ns: subprocess.Popen(
+                self.argv(ns, "sysctl", "-q", "-w", *settings),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for ns, settings in per_ns.items()
+        }
+        for ns, proc in procs.items():
+            _, err = proc.communicate(timeout=30)
+            if proc.returncode != 0:
+                raise LabError(f"sysctl in {ns} failed: {err.strip().splitlines()[0]}")
+
+    def _make_links(self) -> None:
+        root = [
+            f"link add br0 netns {NS_TOR} address {TOR_MAC} type bridge mcast_snooping 0",
+            f"link add eth0 netns {NS_CP} address {CP_MAC} type veth peer name p-cp netns {NS_TOR}",
+            f"link add eth0 netns {NS_CLIENT} address {CLIENT_MAC} type veth "
+            f"peer name eth-client netns {NS_TOR} address {TOR_CLIENT_MAC}",
+            f"link add {HOST_LINK} type veth peer name eth-host netns {NS_CP}",
+            f"addr add {HOST_V4}/{HOST_NET.prefixlen} dev {HOST_LINK}",
+            f"link set {HOST_LINK} up",
+        ]
+        for i in range(1, self.nodes + 1):
+            root.append(
+                f"link add eth0 netns {node_namespace(i)} address {node_mac(i)} type veth "
+                f"peer name p-node{i} netns {NS_TOR}"
+            )
+        _ip_batch(root, None, "creating links")
+        ports = ["p-cp", *(f"p-node{i}" for i in range(1, self.nodes + 1))]
+        tor = [
+            "link set lo up",
+            *(f"link set {p} master br0" for p in ports),
+            *(f"link set {p} up" for p in ports),
+            "link set br0 up",
+            f"addr add {TOR_LAN_V4}/{LAN_V4.prefixlen} dev br0",
+            f"addr add {TOR_LAN_V6}/{LAN_V6.prefixlen} dev br0 nodad",
+            "link set eth-client up",
+            f"addr add {TOR_CLIENT_V4}/{CLIENT_NET_V4.prefixlen} dev eth-client",
+            f"addr add {TOR_CLIENT_V6}/{CLIENT_NET_V6.prefixlen} dev eth-client nodad",
+        ]
+        _ip_batch(tor, NS_TOR, f"configuring {NS_TOR}")
+        hosts: dict[str, tuple[str, str, str, str, str, str]] = {
+            NS_CP: (
+                str(CP_LAN_V4), str(LAN_V4.prefixlen), str(CP_LAN_V6), str(LAN_V6.prefixlen),
+                str(TOR_LAN_V4), str(TOR_LAN_V6),
+            ),
+            NS_CLIENT: (
+                str(CLIENT_V4), str(CLIENT_NET_V4.prefixlen),
+                str(CLIENT_V6), str(CLIENT_NET_V6.prefixlen),
+                str(TOR_CLIENT_V4), str(TOR_CLIENT_V6),
+            ),
+        }  # fmt: skip
+        for i in range(1, self.nodes + 1):
+            hosts[node_namespace(i)] = (
+                str(node_v4(i)), str(LAN_V4.prefixlen), str(node_v6(i)), str(LAN_V6.prefixlen),
+                str(TOR_LAN_V4), str(TOR_LAN_V6),
+            )  # fmt: skip
+        for ns, (v4, len4, v6, len6, gw4, gw6) in hosts.items():
+            commands = [
+                "link set lo up",
+                "link set eth0 up",
+                f"addr add {v4}/{len4} dev eth0",
+                f"addr add {v6}/{len6} dev eth0 nodad",
+                f"route add default via {gw4}",
+                f"route add default via {gw6}",
+            ]
+            if ns == NS_CP:
+                commands += ["link set eth-host up", f"addr add {CP_HOST_V4}/30 dev eth-host"]
+            _ip_batch(commands, ns, f"configuring {ns}")
+
+    def _start_frr(self) -> None:
+        frr = self.frr_directory
+        shutil.rmtree(frr, ignore_errors=True)
+        frr.mkdir(mode=0o755)
+        config = frr / "frr.conf"
+        config.write_text(
+            string.Template(FRR_TEMPLATE.read_text()).substitute(log_file=frr / "frr.log")
+        )
+        shutil.chown(frr, "frr", "frr")
+        shutil.chown(config, "frr", "frr")
+        with contextlib.suppress(FileExistsError):
+            (self.directory / "frr").symlink_to(frr)
+        for daemon in FRR_DAEMONS:
+            # -d: daemonize (the pid lands in -i); -z/--vty_socket: private sockets, so the lab
+            # never touches a system FRR; -P 0: no TCP vty.
+            _run(
+                self.argv(
+                    NS_TOR,
+                    str(FRR_BIN / daemon),
+                    "-d",
+                    "-f", str(config),
+                    "-i", str(frr / f"{daemon}.pid"),
+                    "-z", str(frr / "zserv.api"),
+                    "--vty_socket", str(frr),
+                    "-P", "0",
+                    "-u", "frr",
+                    "-g", "frr",
+                ),
+                f"starting FRR {daemon}",
+            )  # fmt: skip
+
+    def _wait_frr(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        last = ""
+        while time.monotonic() < deadline:
+            result = self.vtysh("show bgp summary", "show bfd peers", check=False)
+            if result.returncode == 0:
+                return
+            last = ((result.stderr or result.stdout).strip().splitlines() or [""])[-1]
+            time.sleep(0.05)
+        raise LabError(f"FRR in {NS_TOR} does not answer vtysh: {last}")
+
+    def _write_node_kubeconfig(self) -> None:
+        config = json.loads(self.kubeconfig.read_text())
+        for entry in config["clusters"]:
+            entry["cluster"]["server"] = APISERVER_FROM_NODES
+        self.node_kubeconfig.write_text(json.dumps(config, indent=2))
+        self.node_kubeconfig.chmod(0o600)
+
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        """kubectl against the lab's apiserver from the root namespace; raises LabError."""
+        return _finish([self._kubectl_start(*args, input=input)])[0]
+
+    def _kubectl_start(self, *args: str, input: str | None = None) -> _Pending:
+        kubectl = str(local_cluster.binary("kubectl"))
+        proc = subprocess.Popen(
+            [kubectl, f"--kubeconfig={self.kubeconfig}", *args],
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        return _Pending(proc, f"kubectl {' '.join(args[:2])}", input)
+
+    def _prepare_cluster(self) -> None:
+        """Our CRDs, the metallb-system namespace and one Ready Node object per lab node."""
+        # Each CRD costs the apiserver 0.1-0.6 s (CEL compilation), so they go in parallel.
+        crds = [
+            self._kubectl_start("apply", "--server-side", "-f", str(path))
+            for path in sorted(CRDS.glob("*.yaml"))
+        ]
+        objects = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "metallb-system"}},
+            *(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": node_name(i),
+                        "labels": {
+                            "kubernetes.io/hostname": node_name(i),
+                            "kubernetes.io/os": "linux",
+                        },
+                    },
+                }
+                for i in range(1, self.nodes + 1)
+            ),
+        ]
+        self.kubectl(
+            "apply",
+            "--server-side",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
+        )
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        patches = []
+        for i in range(1, self.nodes + 1):
+            status = {
+                "addresses": [
+                    {"type": "InternalIP", "address": str(node_v4(i))},
+                    {"type": "InternalIP", "address": str(node_v6(i))},
+                    {"type": "Hostname", "address": node_name(i)},
+                ],
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "lab node (no kubelet: nothing updates this)",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ],
+            }
+            # A merge patch, not server-side apply: SSA keys node addresses by type, which
+            # rejects the two InternalIPs of a dual-stack node.
+            patches.append(
+                self._kubectl_start(
+                    "patch",
+                    "node",
+                    node_name(i),
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    json.dumps({"status": status}),
+                )
+            )
+        _finish([*crds, *patches])
+        self._wait_crds_established()
+
+    def api_get(self, path: str) -> Any:
+        """GET from the apiserver as the lab's admin (no kubectl process, no discovery)."""
+        d = self.cluster.directory
+        context = ssl.create_default_context(cafile=str(d / "ca.crt"))
+        context.load_cert_chain(d / "admin.crt", d / "admin.key")
+        with urllib.request.urlopen(
+            APISERVER_FROM_HOST + path, timeout=10, context=context
+        ) as response:
+            return json.load(response)
+
+    def _wait_crds_established(self) -> None:
+        # `kubectl wait` polls once a second; the condition is usually there within 0.1 s.
+        want = {
+            f"{doc['spec']['names']['plural']}.{doc['spec']['group']}"
+            for doc in (_load_yaml(path) for path in sorted(CRDS.glob("*.yaml")))
+        }
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while want:
+            crds = self.api_get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+            for crd in crds["items"]:
+                conditions = crd.get("status", {}).get("conditions", [])
+                if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                    want.discard(crd["metadata"]["name"])
+            if not want:
+                return
+            if time.monotonic() > deadline:
+                raise LabError(f"CRDs not established: {', '.join(sorted(want))}")
+            time.sleep(0.05)
+
+    # down ----------------------------------------------------------------------------------------
+
+    def down(self) -> bool:
+        """Remove everything a lab made (any lab, not only this object's); False if none was."""
+        did = False
+        problems: list[str] = []
+        cluster_dir = self.directory / "cluster"
+        if cluster_dir.exists():
+            did = True
+            try:
+                self.cluster.down()
+            except local_cluster.ClusterError as e:
+                problems.append(str(e))
+        namespaces = _lab_namespaces()
+        # Every process left in a lab namespace is the lab's: FRR, speakers, test helpers.
+        pids = [pid for ns in namespaces for pid in _namespace_pids(ns)]
+        if pids:
+            did = True
+            survivors = _stop(pids)
+            if survivors:
+                problems.append(f"could not stop pids {', '.join(map(str, survivors))}")
+        if namespaces:
+            did = True
+            # Deleting a namespace deletes its veths, and with them their peers elsewhere.
+            result = subprocess.run(
+                ["ip", "-force", "-batch", "-"],
+                input="".join(f"netns del {ns}\n" for ns in namespaces),
+                capture_output=True,
+                text=True,
+            )
+            left = _lab_namespaces()
+            if result.returncode != 0 and left:
+                problems.append(f"could not delete namespaces {', '.join(left)}")
+        for link in _root_links():
+            if link.startswith(PREFIX):
+                did = True
+                subprocess.run(["ip", "link", "del", link], capture_output=True)
+        frr = self.frr_directory
+        if frr.exists():
+            did = True
+            shutil.rmtree(frr, ignore_errors=True)
+        if self.directory.exists():
+            did = True
+            self._remove_directory()
+        if problems:
+            raise LabError("; ".join(problems))
+        return did
+
+    def _remove_directory(self) -> None:
+        # Only a directory the lab made (it has the marker) is removed whole; `--dir` might
+        # point somewhere precious by mistake.
+        d = self.directory
+        if (d / MARKER).exists() or not any(d.iterdir()):
+            shutil.rmtree(d, ignore_errors=True)
+            return
+        for name in ("cluster", "frr", "kubeconfig-nodes"):
+            path = d / name
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+            elif path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+
+    # context manager -----------------------------------------------------------------------------
+
+    def __enter__(self) -> Lab:
+        self.up()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.down()
+
+    def status(self) -> dict[str, list[int]]:
+        """Lab namespaces and the pids running in each."""
+        return {ns: _namespace_pids(ns) for ns in _lab_namespaces()}
+
+
+def start_ironlb(lab: Lab, **options: Any) -> None:
+    """Start ironlb's controller and one speaker per node namespace (the hook for later work).
+
+    Speakers go in `lab.node_namespaces` with `lab.node_kubeconfig` and NODE_NAME from
+    `lab.node_names`; the controller runs where the tests run, with `lab.kubeconfig`. Start them
+    with `lab.popen` so that `lab.down()` stops whatever a test left behind.
+    """
+    raise NotImplementedError("starting the controller and speakers in the lab is not written yet")
+
+
+@contextlib.contextmanager
+def running(nodes: int = 3, directory: Path | None = None) -> Iterator[Lab]:
+    """A lab in a fresh temporary directory for the duration of a block."""
+    base = directory or Path(tempfile.mkdtemp(prefix="ironlb-lab-"))
+    lab = Lab(nodes=nodes, directory=base / "lab")
+    try:
+        lab.up()
+        yield lab
+    finally:
+        try:
+            lab.down()
+        finally:
+            if directory is None:
+                shutil.rmtree(base, ignore_errors=True)
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: a subcommand's unset --dir must not overwrite one given before the subcommand.
+    common.add_argument(
+        "--dir", type=Path, default=argparse.SUPPRESS, help=f"lab state directory ({DEFAULT_DIR})"
+    )
+    parser = argparse.ArgumentParser(
+        prog="hack/lab", description=__doc__.split("\n\n")[0], parents=[common]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", parents=[common], help="create namespaces, FRR, control plane")
+    up.add_argument("--nodes", type=int, default=3, help="number of node namespaces")
+    sub.add_parser("down", parents=[common], help="remove every ilb-* namespace, veth, process")
+    sub.add_parser("env", parents=[common], help="print `export KUBECONFIG=...` for the host")
+    sub.add_parser("status", parents=[common], help="list lab namespaces and their processes")
+    sub.add_parser("vtysh", parents=[common], help="vtysh on the ToR: vtysh -c COMMAND ...")
+    run = sub.add_parser("exec", parents=[common], help="run in a namespace: exec NS -- CMD...")
+    run.add_argument("ns")
+    run.add_argument("args", nargs=argparse.REMAINDER)
+    argv = sys.argv[1:] if argv is None else argv
+    # vtysh's own options (-c, -d ...) pass through untouched.
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "vtysh":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    directory = getattr(args, "dir", DEFAULT_DIR)
+    try:
+        if args.command == "up":
+            lab = Lab(nodes=args.nodes, directory=directory)
+            started = time.monotonic()
+            lab.up()
+            log(f"up in {time.monotonic() - started:.1f} s: {', '.join(lab.namespaces)}")
+            log(f"apiserver {APISERVER_FROM_HOST} (nodes: {APISERVER_FROM_NODES})")
+            log(f'eval "$(hack/lab env --dir {lab.directory})" to use it')
+            return 0
+        lab = Lab(directory=directory)
+        if args.command == "down":
+            log("removed the lab" if lab.down() else "nothing to do: no lab running")
+        elif args.command == "env":
+            if not lab.kubeconfig.exists():
+                raise LabError(f"no lab in {lab.directory}: run `hack/lab up`")
+            print(f"export KUBECONFIG={lab.kubeconfig}")
+        elif args.command == "status":
+            running_now = lab.status()
+            if not running_now:
+                print("not running")
+                return 1
+            for ns, pids in running_now.items():
+                print(f"{ns}: {' '.join(map(str, pids)) or '-'}")
+        elif args.command == "vtysh":
+            vty = ["vtysh", "--vty_socket", str(lab.frr_directory), *extra]
+            os.execvp("ip", lab.argv(NS_TOR, *vty))
+        elif args.command == "exec":
+            command = args.args[1:] if args.args[:1] == ["--"] else args.args
+            if not command:
+                raise LabError("usage: hack/lab exec NS -- CMD [ARG...]")
+            if namespace(args.ns) not in _namespaces():
+                raise LabError(f"no namespace {namespace(args.ns)}: run `hack/lab up`")
+            os.execvp("ip", lab.argv(args.ns, *command))
+    except LabError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
