@@ -68,32 +68,21 @@ METALLB_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class Resource:
-    group: str
-    plural: str
-    has_status: bool
-
-
 def _crds() -> list[Obj]:
     return [d for p in sorted(CRDS.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
 
 
-def _resources() -> dict[tuple[str, str], Resource]:
-    """(apiVersion, kind) -> where it lives, from the CRD manifests themselves."""
+def _plurals() -> dict[tuple[str, str], str]:
+    """(apiVersion, kind) -> resource name, from the CRD manifests themselves."""
     found = {}
     for crd in _crds():
-        spec = crd["spec"]
-        for version in spec["versions"]:
-            api_version = f"{spec['group']}/{version['name']}"
-            has_status = "status" in version.get("subresources", {})
-            found[(api_version, spec["names"]["kind"])] = Resource(
-                spec["group"], spec["names"]["plural"], has_status
-            )
+        names = crd["spec"]["names"]
+        for version in crd["spec"]["versions"]:
+            found[(f"{crd['spec']['group']}/{version['name']}", names["kind"])] = names["plural"]
     return found
 
 
-RESOURCES = _resources()
+PLURALS = _plurals()
 
 
 class _KubectlYaml(yaml.SafeLoader):
@@ -116,8 +105,8 @@ def _docs(path: Path) -> list[Obj]:
 
 
 def _collection(obj: Obj) -> str:
-    res = RESOURCES[(obj["apiVersion"], obj["kind"])]
-    return f"/apis/{obj['apiVersion']}/namespaces/{obj['metadata']['namespace']}/{res.plural}"
+    plural = PLURALS[(obj["apiVersion"], obj["kind"])]
+    return f"/apis/{obj['apiVersion']}/namespaces/{obj['metadata']['namespace']}/{plural}"
 
 
 def _path(obj: Obj, subresource: str = "") -> str:
@@ -265,7 +254,7 @@ def test_valid_fixtures_use_every_field_of_every_kind_and_version() -> None:
                 f
                 for part in ("spec", "status")
                 for f in _schema_fields(props.get(part, {}), part)
-                if f not in (part,)
+                if f != part
             }
             unused = fields - used.get(key, set())
             if unused:
@@ -625,7 +614,7 @@ def test_kubectl_get_status_objects_shows_node_and_service(
     cleanup.append(obj)
     assert _create(kube_api, obj).status == 201
     assert _put_status(kube_api, obj).status == 200
-    plural = RESOURCES[(obj["apiVersion"], kind)].plural
+    plural = PLURALS[(obj["apiVersion"], kind)]
     table = _table(kubectl("get", plural, "-n", "metallb-system", "columns").stdout)
     assert table[0] == ["NAME", "NODE", "SERVICE NAME", "SERVICE NAMESPACE", "AGE"]
     assert table[1][:4] == ["columns", "node-7", "web", "shop"]
