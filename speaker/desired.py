@@ -13,13 +13,13 @@ separately, so its IPv4 and IPv6 addresses may be answered by different nodes.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ironlb import addresses, model, selectors
+from speaker import election
 
-EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+EXCLUDE_LABEL = election.EXCLUDE_LABEL
 
 # Reasons, as MetalLB names them.
 NOT_OWNER = "notOwner"
@@ -56,20 +56,16 @@ class Service:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class Node:
-    name: model.NodeName
-    labels: model.Labels = ()
-    network_unavailable: bool = False
+Node = election.NodeInfo
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     config: model.Config
     services: tuple[Service, ...]
-    nodes: Mapping[model.NodeName, Node]
+    nodes: Mapping[str, Node]
     # Nodes whose speaker is alive (from membership, or Node Ready when membership is off).
-    alive: frozenset[model.NodeName]
+    alive: frozenset[str]
     ignore_exclude_lb: bool = False
 
 
@@ -89,7 +85,7 @@ class L2Address:
 class L2Plan:
     mine: tuple[L2Address, ...]
     # Every address's elected owner (None: nobody may announce it), for status and logs.
-    owners: Mapping[addresses.IPAddress, model.NodeName | None]
+    owners: Mapping[addresses.IPAddress, str | None]
     # Why this node does not announce a Service (absent: it announces every address it owns).
     reasons: Mapping[str, str] = field(default_factory=dict)
 
@@ -155,17 +151,12 @@ def _service_matches(
 
 
 def election_order(
-    candidates: Iterable[model.NodeName],
+    candidates: Iterable[str],
     address: addresses.IPAddress,
-    scores: Mapping[model.NodeName, int] | None = None,
-) -> list[model.NodeName]:
+    scores: Mapping[str, int] | None = None,
+) -> list[str]:
     """MetalLB's order: higher preference score first, then the smallest sha256(node#address)."""
-    scores = scores or {}
-    text = str(address)
-    return sorted(
-        candidates,
-        key=lambda n: (-scores.get(n, 0), hashlib.sha256(f"{n}#{text}".encode()).digest()),
-    )
+    return election.order(str(address), candidates, scores)
 
 
 # --- layer 2 --------------------------------------------------------------------------------------
@@ -173,8 +164,8 @@ def election_order(
 
 @dataclass(frozen=True, slots=True)
 class _L2Candidacy:
-    candidates: frozenset[model.NodeName]
-    scores: Mapping[model.NodeName, int]
+    candidates: frozenset[str]
+    scores: Mapping[str, int]
     ads: tuple[model.L2Advertisement, ...]
 
 
@@ -193,25 +184,15 @@ def _l2_candidacy(
         return SHARED_IP_WITH_SERVICE_SELECTOR
     if not ads:
         return NO_MATCHING_ADVERTISEMENT
-    candidates: set[model.NodeName] = set()
-    for name in snapshot.alive:
-        node = snapshot.nodes.get(name)
-        if node is None or node.network_unavailable or _excluded(snapshot, node):
-            continue
-        if any(_selects_node(ad.node_selectors, node) for ad in ads):
-            candidates.add(name)
-    if service.local:
-        candidates &= endpoint_nodes(service)
-    scores: dict[model.NodeName, int] = {}
-    for name in candidates:
-        labels = model.label_map(snapshot.nodes[name].labels)
-        scores[name] = sum(
-            p.weight
-            for ad in ads
-            for p in ad.preferred_node_selectors
-            if p.preference.matches(labels)
-        )
-    return _L2Candidacy(frozenset(candidates), scores, ads)
+    candidates = election.eligible(
+        snapshot.nodes.values(),
+        frozenset(snapshot.alive),
+        ads,
+        endpoint_nodes=endpoint_nodes(service) if service.local else None,
+        ignore_exclude_label=snapshot.ignore_exclude_lb,
+    )
+    scores = election.scores((snapshot.nodes[n] for n in candidates), ads)
+    return _L2Candidacy(candidates, scores, ads)
 
 
 def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
@@ -219,11 +200,7 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
     # address -> (candidates, scores, [(service key, ads)]) merged over the Services holding it.
     per_address: dict[
         addresses.IPAddress,
-        tuple[
-            set[model.NodeName],
-            dict[model.NodeName, int],
-            list[tuple[str, tuple[model.L2Advertisement, ...]]],
-        ],
+        tuple[set[str], dict[str, int], list[tuple[str, tuple[model.L2Advertisement, ...]]]],
     ] = {}
     for service in snapshot.services:
         if not service.ips:
@@ -243,7 +220,7 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
             for name, score in candidacy.scores.items():
                 scores[name] = max(scores.get(name, 0), score)
             holders.append((service.key, candidacy.ads))
-    owners: dict[addresses.IPAddress, model.NodeName | None] = {}
+    owners: dict[addresses.IPAddress, str | None] = {}
     mine: list[L2Address] = []
     for ip in sorted(per_address, key=lambda a: (a.version, int(a))):
         cands, scores, holders = per_address[ip]
