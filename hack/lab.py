@@ -184,7 +184,12 @@ def _namespace_pids(ns: str) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-    return local_cluster._alive(pid)
+    """True while the process exists and is not a zombie (a zombie has left its namespace)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _stop(pids: Sequence[int], timeout: float = STOP_TIMEOUT_S) -> list[int]:
@@ -194,7 +199,6 @@ def _stop(pids: Sequence[int], timeout: float = STOP_TIMEOUT_S) -> list[int]:
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        _reap()
         time.sleep(0.02)
     for pid in pids:
         if _alive(pid):
@@ -202,18 +206,8 @@ def _stop(pids: Sequence[int], timeout: float = STOP_TIMEOUT_S) -> list[int]:
                 os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + timeout
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        _reap()
         time.sleep(0.02)
     return [p for p in pids if _alive(p)]
-
-
-def _reap() -> None:
-    """Collect exited children (processes this interpreter started with `popen`)."""
-    with contextlib.suppress(ChildProcessError):
-        while True:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                return
 
 
 @dataclasses.dataclass(frozen=True)

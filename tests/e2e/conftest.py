@@ -1,0 +1,65 @@
+"""The e2e tier's fixtures: one network lab (3 nodes) per session, always torn down.
+
+The lab brings its own control plane inside `ilb-cp`, separate from the integration tier's, so
+`control_plane` is overridden here: the `kubeconfig`, `kube_api` and `kubectl` fixtures of
+tests/conftest.py then talk to the lab's apiserver. Our CRDs and the metallb-system namespace are
+applied by the lab itself.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+import pytest
+
+from hack import lab as network_lab
+
+NODES = 3
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    # pytest tears fixtures down on KeyboardInterrupt but not on SIGTERM (CI cancelling a job).
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.fixture(scope="session")
+def lab(request: pytest.FixtureRequest) -> Iterator[network_lab.Lab]:
+    if os.geteuid() != 0:
+        pytest.fail("the e2e tier needs root (network namespaces, raw sockets)", pytrace=False)
+    base = Path(tempfile.mkdtemp(prefix="ironlb-e2e-"))
+    the_lab = network_lab.Lab(nodes=NODES, directory=base / "lab")
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        started = time.monotonic()
+        try:
+            the_lab.up()
+        except network_lab.LabError as e:
+            pytest.fail(f"cannot start the lab: {e}", pytrace=False)
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"lab up in {time.monotonic() - started:.1f} s")
+        yield the_lab
+    finally:
+        try:
+            the_lab.down()
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+            signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture(scope="session")
+def control_plane(lab: network_lab.Lab) -> Path:
+    """The lab's kubeconfig for the root namespace (overrides the integration tier's cluster)."""
+    return lab.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def lab_kubeconfig(lab: network_lab.Lab) -> Path:
+    return lab.kubeconfig
