@@ -1,0 +1,430 @@
+"""The speaker process: watches in, announcements and status out.
+
+Start-up order, and why:
+1. membership starts (so other speakers see us early) and metrics listen;
+2. Services, EndpointSlices, Nodes, the metallb.io kinds, our status objects and the Secret names
+   are LISTed: nothing is decided from a partial view;
+3. the loop runs: whenever anything changed (a watch event, a membership change, a periodic
+   tick), the whole snapshot is rebuilt, the pure plans computed (`speaker.desired`), handed to the
+   layer 2 and BGP appliers (which diff against what they applied), and our status objects
+   synced;
+4. kopf starts watching, feeding the same store.
+On SIGTERM: leave membership first (the others take over at once), stop answering, withdraw BGP
+routes, then exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import secrets as random_names
+import signal
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import kopf
+import prometheus_client
+
+from controller import kube
+from controller import operator as shell
+from ironlb import addresses, model
+from speaker import desired, snapshot, status
+
+log = logging.getLogger("ironlb.speaker")
+
+DEBOUNCE_S = 0.005
+TICK_S = 10.0
+SECRETS_EVERY_S = 30.0
+
+REGISTRY = prometheus_client.CollectorRegistry()
+ANNOUNCED = prometheus_client.Gauge(
+    "metallb_speaker_announced",
+    "Services announced from this node",
+    ["service", "protocol", "node", "ip"],
+    registry=REGISTRY,
+)
+CONFIG_STALE = prometheus_client.Gauge(
+    "metallb_k8s_client_config_stale_bool",
+    "1 while some metallb.io object is left out because it is invalid",
+    registry=REGISTRY,
+)
+CONFIG_LOADED = prometheus_client.Gauge(
+    "metallb_k8s_client_config_loaded_bool",
+    "1 once the configuration was loaded",
+    registry=REGISTRY,
+)
+
+
+class Layer2(Protocol):
+    """What the agent needs from the ARP/NDP data plane."""
+
+    def set_owned(self, owned: Mapping[addresses.IPAddress, tuple[str, ...]]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class BGP(Protocol):
+    """What the agent needs from the BGP data plane: returns Service key -> peers reached."""
+
+    async def apply(
+        self, config: model.Config, node: desired.Node | None, plan: desired.BGPPlan
+    ) -> Mapping[str, tuple[model.PeerName, ...]]: ...
+
+    async def close(self) -> None: ...
+
+
+class Membership(Protocol):
+    changed: asyncio.Event
+
+    def members(self) -> frozenset[str]: ...
+
+    async def leave(self) -> None: ...
+
+
+@dataclass
+class Options:
+    node_name: str
+    namespace: str = "metallb-system"
+    lb_class: str = ""
+    kubeconfig: str | None = None
+    metrics_port: int = 7473
+    ignore_exclude_lb: bool = False
+    log_level: str = "info"
+
+
+@dataclass
+class Agent:
+    options: Options
+    client: kube.Client
+    layer2: Layer2 | None = None
+    bgp: BGP | None = None
+    membership: Membership | None = None
+    store: snapshot.Store = field(default_factory=snapshot.Store)
+    dirty: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    announced: dict[str, frozenset[str]] = field(default_factory=dict)  # service -> protocols
+    _metric_labels: set[tuple[str, str, str, str]] = field(default_factory=set)
+    _posting: set[asyncio.Future[None]] = field(default_factory=set)
+
+    # --- inputs -----------------------------------------------------------------------------
+
+    def observe(self, kind: str, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        self.store.put(kind, event_type, obj)
+        self.dirty.set()
+
+    async def load(self) -> None:
+        ns = self.options.namespace
+        lists: list[tuple[str, str]] = [
+            ("Service", kube.core_path("services")),
+            ("Node", kube.core_path("nodes")),
+            ("EndpointSlice", "/apis/discovery.k8s.io/v1/endpointslices"),
+        ]
+        for kind in (*model.CONFIG_KINDS, status.L2, status.BGP):
+            plural, versions = model.RESOURCES[kind]
+            lists.append((kind, kube.group_path(model.GROUP, versions[-1], plural, ns)))
+        for kind, path in lists:
+            items, _ = await self.client.list(path)
+            for item in items:
+                item.setdefault("kind", kind)
+                self.store.put(kind, None, item)
+        await self.load_secrets()
+        CONFIG_LOADED.set(1)
+
+    async def load_secrets(self) -> None:
+        """Secret names (and nothing else) in our namespace: for dangling-reference checks."""
+        items, _ = await self.client.list(kube.core_path("secrets", self.options.namespace))
+        names = {snapshot.key_of(s): {"metadata": {"name": s["metadata"]["name"]}} for s in items}
+        if names != self.store.secrets:
+            self.store.secrets = dict(names)
+            self.dirty.set()
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def alive(self) -> frozenset[str] | None:
+        return None if self.membership is None else self.membership.members()
+
+    async def reconcile_once(self) -> None:
+        me = self.options.node_name
+        snap, problems = snapshot.build(
+            self.store,
+            namespace=self.options.namespace,
+            alive=self.alive(),
+            lb_class=self.options.lb_class,
+            ignore_exclude_lb=self.options.ignore_exclude_lb,
+        )
+        CONFIG_STALE.set(1 if any(not p.transient for p in problems) else 0)
+        l2 = desired.l2_plan(snap, model.NodeName(me))
+        if self.layer2 is not None:
+            self.layer2.set_owned({e.address: e.interfaces for e in l2.mine})
+        reached: Mapping[str, tuple[model.PeerName, ...]] = {}
+        bgp_plan = desired.bgp_plan(snap, model.NodeName(me))
+        if self.bgp is not None:
+            reached = await self.bgp.apply(snap.config, snap.nodes.get(me), bgp_plan)
+        self._account(l2, reached, snap)
+        await self._sync_status(
+            status.L2, status.wanted_l2(me, l2 if self.layer2 is not None else _EMPTY_L2)
+        )
+        await self._sync_status(status.BGP, status.wanted_bgp(me, reached))
+
+    def _account(
+        self,
+        l2: desired.L2Plan,
+        reached: Mapping[str, tuple[model.PeerName, ...]],
+        snap: desired.Snapshot,
+    ) -> None:
+        me = self.options.node_name
+        now: dict[str, set[str]] = {}
+        labels: set[tuple[str, str, str, str]] = set()
+        if self.layer2 is not None:
+            for entry in l2.mine:
+                for service in entry.services:
+                    now.setdefault(service, set()).add("layer2")
+                    labels.add((service, "layer2", me, str(entry.address)))
+        ips = {s.key: s.ips for s in snap.services}
+        for service in reached:
+            now.setdefault(service, set()).add("bgp")
+            for ip in ips.get(service, ()):
+                labels.add((service, "bgp", me, str(ip)))
+        for gone in self._metric_labels - labels:
+            ANNOUNCED.remove(*gone)
+        for new in labels - self._metric_labels:
+            ANNOUNCED.labels(*new).set(1)
+        self._metric_labels = labels
+        for service, protocols in sorted(now.items()):
+            before = self.announced.get(service, frozenset())
+            for protocol in sorted(protocols - before):
+                log.info(
+                    "service announced",
+                    extra={"event": "serviceAnnounced", "service": service, "protocol": protocol},
+                )
+                self._post_later(service, protocol)
+        for service in sorted(set(self.announced) - set(now)):
+            log.info(
+                "service withdrawn",
+                extra={
+                    "event": "serviceWithdrawn",
+                    "service": service,
+                    "reason": l2.reasons.get(service, "notAnnounced"),
+                },
+            )
+        self.announced = {k: frozenset(v) for k, v in now.items()}
+
+    def _post_later(self, service: str, protocol: str) -> None:
+        svc = self.store.services.get(service)
+        if svc is None:
+            return
+        message = f'announcing from node "{self.options.node_name}" with protocol "{protocol}"'
+        body = _event_body(svc, "nodeAssigned", message, self.options.node_name)
+        task = asyncio.ensure_future(self._post(body))
+        self._posting.add(task)
+        task.add_done_callback(self._posting.discard)
+
+    async def _post(self, body: dict[str, Any]) -> None:
+        try:
+            await self.client.create(kube.core_path("events", body["metadata"]["namespace"]), body)
+        except kube.ApiError as e:
+            log.warning("could not post event", extra={"error": str(e)})
+
+    async def _sync_status(self, kind: str, wanted: list[status.Wanted]) -> None:
+        me, ns = self.options.node_name, self.options.namespace
+        existing = list(self.store.config.get(kind, {}).values())
+        changes = status.diff(kind, me, wanted, existing)
+        plural, versions = model.RESOURCES[kind]
+        base = kube.group_path(model.GROUP, versions[-1], plural, ns)
+        for w in changes.create:
+            try:
+                created = await self.client.create(base, status.body(w, me, ns))
+            except kube.ApiError as e:
+                if not e.conflict:
+                    log.warning("could not create status", extra={"error": str(e)})
+                    continue
+                created = status.body(w, me, ns)
+            created["status"] = dict(w.status)
+            created.setdefault("kind", kind)
+            self.store.put(kind, None, created)
+            await self._patch_status(f"{base}/{w.name}/status", w.status)
+        for w in changes.update:
+            current = self.store.config.get(kind, {}).get(f"{ns}/{w.name}")
+            if current is not None:
+                self.store.put(kind, None, {**current, "status": dict(w.status)})
+            await self._patch_status(f"{base}/{w.name}/status", w.status)
+        for name in changes.delete:
+            self.store.config.get(kind, {}).pop(f"{ns}/{name}", None)
+            try:
+                await self.client.delete(f"{base}/{name}")
+            except kube.ApiError as e:
+                if not e.not_found:
+                    log.warning("could not delete status", extra={"error": str(e)})
+
+    async def _patch_status(self, path: str, body: Mapping[str, Any]) -> None:
+        try:
+            await self.client.merge_patch(path, {"status": dict(body)})
+        except kube.ApiError as e:
+            log.warning("could not write status", extra={"error": str(e), "path": path})
+
+    async def run(self) -> None:
+        """Reconcile whenever something changed; never more often than the debounce allows."""
+        self.dirty.set()
+        while True:
+            await self.dirty.wait()
+            await asyncio.sleep(DEBOUNCE_S)
+            self.dirty.clear()
+            try:
+                await self.reconcile_once()
+            except kube.ApiError as e:
+                log.warning("reconcile failed; will retry", extra={"error": str(e)})
+                await asyncio.sleep(1.0)
+                self.dirty.set()
+            self.ready.set()
+
+    async def watch_membership(self) -> None:
+        if self.membership is None:
+            return
+        while True:
+            await self.membership.changed.wait()
+            self.membership.changed.clear()
+            self.dirty.set()
+
+    async def tick(self) -> None:
+        """A periodic full pass and Secret refresh, in case a watch event was missed."""
+        elapsed = 0.0
+        while True:
+            await asyncio.sleep(TICK_S)
+            elapsed += TICK_S
+            if elapsed >= SECRETS_EVERY_S:
+                elapsed = 0.0
+                with contextlib.suppress(kube.ApiError):
+                    await self.load_secrets()
+            self.dirty.set()
+
+    async def shutdown(self) -> None:
+        if self.membership is not None:
+            with contextlib.suppress(Exception):
+                await self.membership.leave()
+        if self.layer2 is not None:
+            self.layer2.set_owned({})
+            await self.layer2.close()
+        if self.bgp is not None:
+            await self.bgp.close()
+
+
+_EMPTY_L2 = desired.L2Plan((), {}, {})
+
+
+def _event_body(service: Mapping[str, Any], reason: str, message: str, node: str) -> dict[str, Any]:
+    meta = service.get("metadata") or {}
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": f"{meta.get('name')}.{random_names.token_hex(8)}",
+            "namespace": meta.get("namespace"),
+        },
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "reason": reason,
+        "message": message,
+        "type": "Normal",
+        "source": {"component": "metallb-speaker", "host": node},
+        "reportingComponent": "metallb-speaker",
+        "reportingInstance": node,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+def registry(agent: Agent, credentials: kube.Credentials) -> Any:
+    r = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=r)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(
+            server=credentials.server,
+            ca_path=credentials.ca_file,
+            insecure=credentials.insecure,
+            token=credentials.bearer(),
+            scheme="Bearer" if credentials.bearer() else None,
+            certificate_path=credentials.cert_file,
+            private_key_path=credentials.key_file,
+            default_namespace=credentials.namespace,
+        )
+
+    def feed(kind: str) -> Callable[..., Awaitable[None]]:
+        async def handler(event: Mapping[str, Any], **_: Any) -> None:
+            obj = dict(event["object"])
+            obj.setdefault("kind", kind)
+            agent.observe(kind, event.get("type"), obj)
+
+        return handler
+
+    kopf.on.event("v1", "services", registry=r)(feed("Service"))
+    kopf.on.event("v1", "nodes", registry=r)(feed("Node"))
+    kopf.on.event("discovery.k8s.io", "v1", "endpointslices", registry=r)(feed("EndpointSlice"))
+    for kind in (*model.CONFIG_KINDS, status.L2, status.BGP):
+        plural, versions = model.RESOURCES[kind]
+        kopf.on.event(model.GROUP, versions[-1], plural, registry=r)(feed(kind))
+    return r
+
+
+async def run(
+    options: Options,
+    *,
+    layer2: Layer2 | None = None,
+    bgp: BGP | None = None,
+    membership: Membership | None = None,
+) -> int:
+    credentials = kube.load(options.kubeconfig)
+    client = kube.Client(credentials)
+    agent = Agent(options, client, layer2=layer2, bgp=bgp, membership=membership)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if options.metrics_port:
+        prometheus_client.start_http_server(options.metrics_port, registry=REGISTRY)
+    log.info("ironlb speaker starting", extra={"node": options.node_name})
+    tasks: list[asyncio.Future[Any]] = []
+    kopf_stop = asyncio.Event()
+    try:
+        await agent.load()
+        tasks.append(asyncio.ensure_future(agent.run()))
+        tasks.append(asyncio.ensure_future(agent.watch_membership()))
+        tasks.append(asyncio.ensure_future(agent.tick()))
+        tasks.append(
+            asyncio.ensure_future(
+                kopf.operator(
+                    registry=registry(agent, credentials),
+                    settings=shell.settings(),
+                    clusterwide=True,
+                    standalone=True,
+                    stop_flag=kopf_stop,
+                )
+            )
+        )
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.error("speaker task failed", exc_info=task.exception())
+                return 1
+        return 0
+    finally:
+        log.info("speaker stopping")
+        await agent.shutdown()
+        kopf_stop.set()
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+        await client.close()

@@ -1,0 +1,132 @@
+"""The status objects a speaker owns, as wanted vs as they are: a pure diff.
+
+Each speaker writes one ServiceL2Status per Service it answers ARP/NDP for, and one
+ServiceBGPStatus per Service it announces over BGP, labelled with its node name (MetalLB's labels)
+and named deterministically, so that a restart finds its own objects again instead of creating
+duplicates. It only ever touches objects labelled with its own node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ironlb import model
+from speaker import desired
+
+NODE_LABEL = "metallb.io/node"
+SERVICE_NAME_LABEL = "metallb.io/service-name"
+SERVICE_NAMESPACE_LABEL = "metallb.io/service-namespace"
+
+L2 = "ServiceL2Status"
+BGP = "ServiceBGPStatus"
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    kind: str
+    name: str
+    service_namespace: str
+    service_name: str
+    status: Mapping[str, Any]
+
+
+def object_name(kind: str, node: str, service: str) -> str:
+    digest = hashlib.sha256(f"{node}/{service}".encode()).hexdigest()[:16]
+    return f"{'l2' if kind == L2 else 'bgp'}-{digest}"
+
+
+def wanted_l2(node: str, plan: desired.L2Plan) -> list[Wanted]:
+    interfaces: dict[str, set[str]] = {}
+    everywhere: set[str] = set()
+    for entry in plan.mine:
+        for service in entry.services:
+            if entry.interfaces == desired.ALL_INTERFACES:
+                everywhere.add(service)
+            interfaces.setdefault(service, set()).update(entry.interfaces)
+    out = []
+    for service, names in sorted(interfaces.items()):
+        namespace, _, name = service.partition("/")
+        listed = [] if service in everywhere else [{"name": n} for n in sorted(names)]
+        status: dict[str, Any] = {
+            "node": node,
+            "serviceName": name,
+            "serviceNamespace": namespace,
+            "interfaces": listed,
+        }
+        out.append(Wanted(L2, object_name(L2, node, service), namespace, name, status))
+    return out
+
+
+def wanted_bgp(node: str, announced: Mapping[str, Iterable[model.PeerName]]) -> list[Wanted]:
+    """`announced`: Service key -> names of the BGPPeers its prefixes are configured to reach."""
+    out = []
+    for service, peers in sorted(announced.items()):
+        peer_list = sorted(set(peers))
+        if not peer_list:
+            continue
+        namespace, _, name = service.partition("/")
+        status = {
+            "node": node,
+            "serviceName": name,
+            "serviceNamespace": namespace,
+            "peers": peer_list,
+        }
+        out.append(Wanted(BGP, object_name(BGP, node, service), namespace, name, status))
+    return out
+
+
+def body(wanted: Wanted, node: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{model.GROUP}/v1beta1",
+        "kind": wanted.kind,
+        "metadata": {
+            "name": wanted.name,
+            "namespace": namespace,
+            "labels": {
+                NODE_LABEL: node,
+                SERVICE_NAME_LABEL: wanted.service_name,
+                SERVICE_NAMESPACE_LABEL: wanted.service_namespace,
+            },
+        },
+        "spec": {},
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    create: tuple[Wanted, ...]  # create the object, then set its status
+    update: tuple[Wanted, ...]  # status differs
+    delete: tuple[str, ...]  # names of our objects nobody wants any more
+
+
+def diff(
+    kind: str, node: str, wanted: Iterable[Wanted], existing: Iterable[Mapping[str, Any]]
+) -> Changes:
+    """Compare with the objects of `kind` that exist; only those labelled with our node count."""
+    mine = {}
+    for obj in existing:
+        meta = obj.get("metadata") or {}
+        if obj.get("kind", kind) != kind or (meta.get("labels") or {}).get(NODE_LABEL) != node:
+            continue
+        mine[str(meta.get("name"))] = obj
+    create, update = [], []
+    wanted_names = set()
+    for w in wanted:
+        wanted_names.add(w.name)
+        current = mine.get(w.name)
+        if current is None:
+            create.append(w)
+        elif _normal(current.get("status")) != _normal(w.status):
+            update.append(w)
+    delete = tuple(sorted(n for n in mine if n not in wanted_names))
+    return Changes(tuple(create), tuple(update), delete)
+
+
+def _normal(status: Any) -> Any:
+    """Absent lists and empty lists mean the same to a reader."""
+    if not isinstance(status, Mapping):
+        return {}
+    return {k: v for k, v in status.items() if v not in (None, [], "")}
