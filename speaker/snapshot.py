@@ -21,8 +21,17 @@ Object = Mapping[str, Any]
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
+def _map(value: Any) -> Mapping[str, Any]:
+    """A field that should be an object; anything else reads as empty (bad input is no crash)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def key_of(obj: Object) -> str:
-    meta = obj.get("metadata") or {}
+    meta = _map(obj.get("metadata"))
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
@@ -56,15 +65,13 @@ class Store:
 
 
 def _labels(obj: Object) -> model.Labels:
-    raw = (obj.get("metadata") or {}).get("labels") or {}
-    if not isinstance(raw, Mapping):
-        return ()
+    raw = _map(_map(obj.get("metadata")).get("labels"))
     return tuple(sorted((str(k), str(v)) for k, v in raw.items()))
 
 
 def handles(service: Object, lb_class: str) -> bool:
     """A LoadBalancer Service with no class, or with ours (MetalLB's --lb-class rule)."""
-    spec = service.get("spec") or {}
+    spec = _map(service.get("spec"))
     if spec.get("type") != "LoadBalancer":
         return False
     return (spec.get("loadBalancerClass") or "") == lb_class
@@ -72,7 +79,7 @@ def handles(service: Object, lb_class: str) -> bool:
 
 def ingress_ips(service: Object) -> tuple[addresses.IPAddress, ...] | None:
     """The addresses in status; None when an entry does not parse (MetalLB's invalidIP)."""
-    entries = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    entries = _list(_map(_map(service.get("status")).get("loadBalancer")).get("ingress"))
     ips: list[addresses.IPAddress] = []
     for entry in entries:
         if not isinstance(entry, Mapping) or not entry.get("ip"):
@@ -87,10 +94,10 @@ def ingress_ips(service: Object) -> tuple[addresses.IPAddress, ...] | None:
 def endpoints(slices: Iterable[Object]) -> tuple[desired.Endpoint, ...]:
     out: list[desired.Endpoint] = []
     for s in slices:
-        for e in s.get("endpoints") or []:
+        for e in _list(s.get("endpoints")):
             if not isinstance(e, Mapping) or not e.get("addresses"):
                 continue
-            conditions = e.get("conditions") or {}
+            conditions = _map(e.get("conditions"))
             ready = conditions.get("ready") is not False  # unset means ready
             serving = conditions.get("serving")
             node = e.get("nodeName")
@@ -105,12 +112,12 @@ def endpoints(slices: Iterable[Object]) -> tuple[desired.Endpoint, ...]:
 
 
 def service_view(service: Object, slices: Iterable[Object]) -> desired.Service | None:
-    meta = service.get("metadata") or {}
-    spec = service.get("spec") or {}
+    meta = _map(service.get("metadata"))
+    spec = _map(service.get("spec"))
     ips = ingress_ips(service)
     if ips is None:
         return None
-    notes = meta.get("annotations") or {}
+    notes = _map(meta.get("annotations"))
     return desired.Service(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
@@ -123,23 +130,21 @@ def service_view(service: Object, slices: Iterable[Object]) -> desired.Service |
 
 
 def node_view(node: Object) -> desired.Node:
-    conditions = (node.get("status") or {}).get("conditions") or []
+    conditions = _list(_map(node.get("status")).get("conditions"))
     unavailable = any(
         isinstance(c, Mapping)
         and c.get("type") == "NetworkUnavailable"
         and c.get("status") == "True"
         for c in conditions
     )
-    name = str((node.get("metadata") or {}).get("name") or "")
+    name = str(_map(node.get("metadata")).get("name") or "")
     return desired.Node(name, _labels(node), unavailable)
 
 
 def ready_nodes(nodes: Iterable[Object]) -> frozenset[str]:
     return election.ready_nodes(
         {
-            str((n.get("metadata") or {}).get("name") or ""): (n.get("status") or {}).get(
-                "conditions"
-            )
+            str(_map(n.get("metadata")).get("name") or ""): _map(n.get("status")).get("conditions")
             for n in nodes
         }
     )
@@ -151,7 +156,7 @@ def config_of(store: Store, namespace: str) -> tuple[model.Config, list[Problem]
         kind: [
             o
             for o in store.config.get(kind, {}).values()
-            if (o.get("metadata") or {}).get("namespace") == namespace
+            if _map(o.get("metadata")).get("namespace") == namespace
         ]
         for kind in model.CONFIG_KINDS
     }
@@ -191,8 +196,8 @@ def build(
     config, problems = config_of(store, namespace)
     by_service: dict[str, list[Object]] = {}
     for s in store.endpoint_slices.values():
-        meta = s.get("metadata") or {}
-        owner = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+        meta = _map(s.get("metadata"))
+        owner = _map(meta.get("labels")).get(SERVICE_NAME_LABEL)
         if owner:
             by_service.setdefault(f"{meta.get('namespace')}/{owner}", []).append(s)
     services = []

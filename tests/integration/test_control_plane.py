@@ -160,5 +160,5 @@ def test_services_get_dual_stack_cluster_ips(
             },
         },
     )
-    assert len(svc.spec.cluster_i_ps) == 2
-    assert {":" in ip for ip in svc.spec.cluster_i_ps} == {True, False}
+    assert len(svc.spec.cluster_ips) == 2
+    assert {":" in ip for ip in svc.spec.cluster_ips} == {True, False}

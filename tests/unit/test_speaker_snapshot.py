@@ -1,0 +1,258 @@
+"""speaker.snapshot and speaker.status: API objects in, plans' inputs and status diffs out."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ironlb import model
+from speaker import desired, snapshot, status
+
+NS = "metallb-system"
+
+
+def service(
+    name: str = "web",
+    *,
+    ips: tuple[str, ...] = ("10.250.0.200",),
+    kind: str = "LoadBalancer",
+    lb_class: str | None = None,
+    local: bool = False,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"type": kind}
+    if lb_class:
+        spec["loadBalancerClass"] = lb_class
+    if local:
+        spec["externalTrafficPolicy"] = "Local"
+    return {
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "app", "annotations": annotations or {}},
+        "spec": spec,
+        "status": {"loadBalancer": {"ingress": [{"ip": ip} for ip in ips]}},
+    }
+
+
+def endpoint_slice(service_name: str, *endpoints: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{service_name}-abc",
+            "namespace": "app",
+            "labels": {snapshot.SERVICE_NAME_LABEL: service_name},
+        },
+        "endpoints": list(endpoints),
+    }
+
+
+def endpoint(node: str, ready: bool | None = True, serving: bool | None = None) -> dict[str, Any]:
+    conditions: dict[str, Any] = {}
+    if ready is not None:
+        conditions["ready"] = ready
+    if serving is not None:
+        conditions["serving"] = serving
+    return {"addresses": ["10.0.0.1"], "nodeName": node, "conditions": conditions}
+
+
+def node(name: str, *, ready: bool = True, network_unavailable: bool = False) -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if network_unavailable:
+        conditions.append({"type": "NetworkUnavailable", "status": "True"})
+    return {
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"conditions": conditions},
+    }
+
+
+def pool(name: str = "lan", addresses: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "metallb.io/v1beta1",
+        "kind": "IPAddressPool",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"addresses": addresses or ["10.250.0.200-10.250.0.250"]},
+    }
+
+
+def l2ad(name: str = "l2") -> dict[str, Any]:
+    return {
+        "apiVersion": "metallb.io/v1beta1",
+        "kind": "L2Advertisement",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {},
+    }
+
+
+def store_with(*objects: dict[str, Any]) -> snapshot.Store:
+    store = snapshot.Store()
+    for obj in objects:
+        store.put(obj["kind"], None, obj)
+    return store
+
+
+def test_builds_services_endpoints_and_nodes() -> None:
+    store = store_with(
+        service(local=True, annotations={"metallb.universe.tf/allow-shared-ip": "k"}),
+        endpoint_slice("web", endpoint("n1"), endpoint("n2", ready=False, serving=True)),
+        node("n1"),
+        node("n2", network_unavailable=True),
+        pool(),
+        l2ad(),
+    )
+    snap, problems = snapshot.build(store, namespace=NS, alive=None)
+    assert problems == []
+    (svc,) = snap.services
+    assert svc.key == "app/web"
+    assert svc.ips == (ipaddress.ip_address("10.250.0.200"),)
+    assert svc.local and svc.shares
+    assert desired.endpoint_nodes(svc) == {"n1"}
+    assert snap.nodes["n2"].network_unavailable
+    assert snap.alive == {"n1", "n2"}
+    assert [p.name for p in snap.config.pools] == ["lan"]
+
+
+def test_unset_ready_means_ready_and_serving_follows_ready() -> None:
+    eps = snapshot.endpoints([endpoint_slice("web", endpoint("n1", ready=None))])
+    assert eps == (desired.Endpoint(model.NodeName("n1"), ready=True, serving=True),)
+
+
+def test_node_ready_is_the_fallback_liveness() -> None:
+    store = store_with(node("n1"), node("n2", ready=False))
+    snap, _ = snapshot.build(store, namespace=NS, alive=None)
+    assert snap.alive == {"n1"}
+    snap, _ = snapshot.build(store, namespace=NS, alive=frozenset({"n2"}))
+    assert snap.alive == {"n2"}
+
+
+def test_only_our_load_balancers() -> None:
+    store = store_with(
+        service("plain"),
+        service("other-class", lb_class="example.com/lb"),
+        service("ours", lb_class="ironlb"),
+        service("cluster-ip", kind="ClusterIP"),
+    )
+    snap, _ = snapshot.build(store, namespace=NS, alive=frozenset())
+    assert [s.name for s in snap.services] == ["plain"]
+    snap, _ = snapshot.build(store, namespace=NS, alive=frozenset(), lb_class="ironlb")
+    assert [s.name for s in snap.services] == ["ours"]
+
+
+def test_unparseable_ingress_drops_the_service() -> None:
+    store = store_with(service("bad", ips=("not-an-ip",)), service("good"))
+    snap, _ = snapshot.build(store, namespace=NS, alive=frozenset())
+    assert [s.name for s in snap.services] == ["good"]
+
+
+def test_objects_outside_our_namespace_are_ignored() -> None:
+    foreign = pool("elsewhere")
+    foreign["metadata"]["namespace"] = "default"
+    store = store_with(pool(), foreign)
+    snap, _ = snapshot.build(store, namespace=NS, alive=frozenset())
+    assert [p.name for p in snap.config.pools] == ["lan"]
+
+
+def test_an_invalid_pool_does_not_take_the_valid_ones_down() -> None:
+    store = store_with(pool("good"), pool("bad", ["not a range"]))
+    snap, problems = snapshot.build(store, namespace=NS, alive=frozenset())
+    assert [p.name for p in snap.config.pools] == ["good"]
+    assert any(p.name == "bad" for p in problems)
+
+
+def test_deleted_objects_leave_the_store() -> None:
+    store = store_with(service())
+    store.put("Service", "DELETED", service())
+    assert store.services == {}
+
+
+@settings(max_examples=200)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+        ),
+        max_leaves=20,
+    )
+)
+def test_any_object_shape_never_raises(junk: Any) -> None:
+    for kind in ("Service", "EndpointSlice", "Node", "IPAddressPool", "L2Advertisement"):
+        store = snapshot.Store()
+        obj = {
+            "kind": kind,
+            "metadata": {"name": "x", "namespace": NS},
+            "spec": junk,
+            "status": junk,
+            "endpoints": junk,
+        }
+        if isinstance(junk, dict):
+            obj = {**junk, "metadata": {"name": "x", "namespace": NS}}
+        store.put(kind, None, obj)
+        try:
+            snapshot.build(store, namespace=NS, alive=None)
+        except (AttributeError, TypeError) as e:  # pragma: no cover - the assertion below explains
+            raise AssertionError(f"{kind} with {junk!r} raised {e!r}") from e
+
+
+# --- status ------------------------------------------------------------------------------------
+
+
+def plan(*entries: tuple[str, tuple[str, ...], tuple[str, ...]]) -> desired.L2Plan:
+    return desired.L2Plan(
+        tuple(desired.L2Address(ipaddress.ip_address(a), ifs, svcs) for a, ifs, svcs in entries),
+        {},
+        {},
+    )
+
+
+def test_l2_status_lists_interfaces_only_when_restricted() -> None:
+    wanted = status.wanted_l2(
+        "n1",
+        plan(("10.250.0.200", (), ("app/a",)), ("10.250.0.201", ("eth1",), ("app/b",))),
+    )
+    by_service = {w.service_name: w.status for w in wanted}
+    assert by_service["a"]["interfaces"] == []
+    assert by_service["b"]["interfaces"] == [{"name": "eth1"}]
+    assert all(w.status["node"] == "n1" for w in wanted)
+
+
+def test_status_diff_creates_updates_and_deletes_only_our_objects() -> None:
+    wanted = status.wanted_l2(
+        "n1", plan(("10.250.0.200", (), ("app/a",)), ("10.250.0.201", (), ("app/b",)))
+    )
+    a, b = wanted
+    ours_stale = {
+        "kind": status.L2,
+        "metadata": {"name": b.name, "labels": {status.NODE_LABEL: "n1"}},
+        "status": {**b.status, "node": "old"},
+    }
+    ours_gone = {
+        "kind": status.L2,
+        "metadata": {"name": "l2-gone", "labels": {status.NODE_LABEL: "n1"}},
+    }
+    theirs = {
+        "kind": status.L2,
+        "metadata": {"name": "l2-theirs", "labels": {status.NODE_LABEL: "n2"}},
+    }
+    changes = status.diff(status.L2, "n1", wanted, [ours_stale, ours_gone, theirs])
+    assert [w.name for w in changes.create] == [a.name]
+    assert [w.name for w in changes.update] == [b.name]
+    assert changes.delete == ("l2-gone",)
+
+
+def test_settled_status_needs_no_change() -> None:
+    wanted = status.wanted_bgp("n1", {"app/a": (model.PeerName("tor"),)})
+    existing = [{**status.body(w, "n1", NS), "status": dict(w.status)} for w in wanted]
+    changes = status.diff(status.BGP, "n1", wanted, existing)
+    assert changes == status.Changes((), (), ())
+
+
+def test_names_are_stable_and_distinct_per_node() -> None:
+    assert status.object_name(status.L2, "n1", "app/a") == status.object_name(
+        status.L2, "n1", "app/a"
+    )
+    assert status.object_name(status.L2, "n1", "app/a") != status.object_name(
+        status.L2, "n2", "app/a"
+    )
