@@ -2,8 +2,9 @@
 
 The speaker listens on a Unix socket in a private directory (mode 0700), writes the rendered
 configuration next to it and starts `exabgp server <conf>`; ExaBGP starts the bridge
-(`bridge.py`), which connects back. From then on the speaker writes API commands and reads
-ExaBGP's lines (acks, session states, sent UPDATEs) on that one connection.
+(`bridge.py`), which connects back and hands over the two pipe ends ExaBGP gave it. From then on
+the speaker writes API commands into ExaBGP's pipe and reads ExaBGP's lines (acks, session
+states, sent UPDATEs) from the other, exactly as if it were the helper process itself.
 
 Commands are strictly serial: ExaBGP acknowledges a parse error at once but a valid announcement
 only after its asynchronous handler ran, so with several commands in flight the acks can come
@@ -24,6 +25,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from collections import deque
@@ -55,7 +57,7 @@ class Options:
     node_name: str
     exabgp: str = field(default_factory=_default_exabgp)
     python: str = sys.executable
-    workdir: Path | None = None  # a fresh temporary directory per process when None
+    workdir: Path | None = None  # where each process gets its own fresh directory
     start_timeout: float = 15.0
     command_timeout: float = 30.0
     # ExaBGP's own log goes to its stdout, which we relay to our logger at debug level.
@@ -83,6 +85,40 @@ def environment(options: Options) -> dict[str, str]:
         }
     )
     return env
+
+
+async def _receive_pipes(
+    loop: asyncio.AbstractEventLoop, listener: socket.socket
+) -> tuple[int, int]:
+    """Accept the bridge and take the (read, write) pipe ends it passes with SCM_RIGHTS."""
+    conn, _ = await loop.sock_accept(listener)
+    try:
+        received: asyncio.Future[list[int]] = loop.create_future()
+
+        def readable() -> None:
+            try:
+                _data, fds, _flags, _addr = socket.recv_fds(conn, 64, 2)
+            except BlockingIOError:
+                return
+            except OSError as e:
+                received.set_exception(e)
+            else:
+                received.set_result(fds)
+            loop.remove_reader(conn.fileno())
+
+        conn.setblocking(False)
+        loop.add_reader(conn.fileno(), readable)
+        try:
+            fds = await received
+        finally:
+            loop.remove_reader(conn.fileno())
+    finally:
+        conn.close()
+    if len(fds) != 2:
+        for fd in fds:
+            os.close(fd)
+        raise ExaBGPError(f"the bridge passed {len(fds)} descriptors instead of 2")
+    return fds[0], fds[1]
 
 
 def _die_with_parent() -> None:
@@ -123,31 +159,24 @@ class Process:
         return self._proc is not None and not self.exited.is_set()
 
     async def start(self) -> None:
-        if self.options.workdir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="ironlb-bgp-"))
-            self._own_dir = True
-        else:
-            self._dir = self.options.workdir
-            self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(self._dir, 0o700)
+        base = self.options.workdir
+        if base is not None:
+            base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # mkdtemp makes the directory 0700: only root reaches the socket and the password.
+        self._dir = Path(tempfile.mkdtemp(prefix="ironlb-bgp-", dir=base))
+        self._own_dir = True
         sock_path = self._dir / "api.sock"
         conf_path = self._dir / "exabgp.conf"
         with contextlib.suppress(FileNotFoundError):
             sock_path.unlink()
         helper = (self.options.python, "-I", bridge.__file__, str(sock_path))
         conf_path.write_text(rendering.config(self.peer, helper, self.options.node_name))
-        connected: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = (
-            asyncio.get_running_loop().create_future()
-        )
-
-        async def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            if connected.done():
-                w.close()  # only the first bridge may talk to us
-                return
-            connected.set_result((r, w))
-
-        server = await asyncio.start_unix_server(on_connect, path=str(sock_path))
+        loop = asyncio.get_running_loop()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            listener.bind(str(sock_path))
+            listener.listen(1)
+            listener.setblocking(False)
             self._proc = await asyncio.create_subprocess_exec(
                 self.options.exabgp,
                 "server",
@@ -161,24 +190,34 @@ class Process:
             )
             self._tasks.append(asyncio.create_task(self._relay_output()))
             self._tasks.append(asyncio.create_task(self._wait_exit()))
+            handed = asyncio.ensure_future(_receive_pipes(loop, listener))
             exit_wait = asyncio.ensure_future(self.exited.wait())
-            waiters: list[asyncio.Future[Any]] = [connected, exit_wait]
+            waiters: list[asyncio.Future[Any]] = [handed, exit_wait]
             await asyncio.wait(
-                waiters,
-                timeout=self.options.start_timeout,
-                return_when=asyncio.FIRST_COMPLETED,
+                waiters, timeout=self.options.start_timeout, return_when=asyncio.FIRST_COMPLETED
             )
             exit_wait.cancel()
-            if not connected.done():
-                connected.cancel()
+            if not handed.done() or handed.exception() is not None:
+                handed.cancel()
+                with contextlib.suppress(BaseException):
+                    await handed
                 await self.kill()
                 tail = " | ".join(self.recent_output)
                 raise ExaBGPError(f"ExaBGP for {self.peer.name} did not start: {tail}")
-            self._reader, self._writer = connected.result()
+            from_exabgp, to_exabgp = handed.result()
         finally:
-            server.close()
+            listener.close()
             with contextlib.suppress(FileNotFoundError):
                 sock_path.unlink()
+        reader = asyncio.StreamReader(limit=1 << 24)
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(from_exabgp, "rb", 0)
+        )
+        self._reader = reader
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(to_exabgp, "wb", 0)
+        )
+        self._writer = asyncio.StreamWriter(transport, protocol, None, loop)
         self._tasks.append(asyncio.create_task(self._read_api()))
 
     async def _relay_output(self) -> None:

@@ -1,0 +1,416 @@
+"""The speaker's BGP side: sessions to the selected peers, carrying the desired routes.
+
+`Speaker` is level-triggered: `set_peers` and `set_routes` state what should be, and each peer's
+runner converges on it by diffing against what its ExaBGP process has acknowledged. Every peer
+has its own ExaBGP process and runner, so adding, removing or changing one peer never touches
+another's session (docs/bgp.md: ExaBGP's reload can lose a SIGUSR1 while it is busy).
+
+A runner restarts a dead ExaBGP (0.5 s, then doubling up to 30 s; back to 0.5 s after a session
+that reached Established) and re-announces everything, since a fresh process knows nothing.
+Shutting a runner down withdraws its routes first, waits until ExaBGP reports the withdrawals
+on the wire (or the session is gone, or 5 s passed), closes the session with a Cease
+NOTIFICATION, and only then stops ExaBGP: a peer that negotiated graceful restart would
+otherwise keep our routes as stale for two minutes.
+
+BFD: a peer with a BFD profile gets a BFD session. When one that was Up goes Down for any reason
+but the peer's own AdminDown, the BGP session is torn down at once (Cease); ExaBGP then
+reconnects by itself, which succeeds when the path is back. The runner does not hold BGP down
+until BFD is Up again: a router with dynamic neighbors (FRR `bgp listen range`) only creates its
+BFD session once BGP is established, so waiting for BFD first would wait forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ironlb import problems
+from speaker.bgp import events, exabgp, peers, rendering, routes
+from speaker.bgp.bfd import machine as bfd_machine
+from speaker.bgp.bfd import packet as bfd_packet
+from speaker.bgp.bfd import transport as bfd_transport
+
+log = logging.getLogger("ironlb.speaker.bgp")
+
+FIRST_RESTART_DELAY = 0.5
+MAX_RESTART_DELAY = 30.0
+WITHDRAW_WAIT = 5.0
+RETRY_AFTER_REFUSAL = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """One peer's session as the speaker sees it. `bgp`: idle, starting, connecting, connected,
+    up or down (ExaBGP running but not established); `bfd`: None without a profile."""
+
+    peer: str
+    address: str
+    bgp: str
+    bfd: str | None
+    announced: int
+    updates: int
+    restarts: int
+    reason: str
+
+    @property
+    def up(self) -> bool:
+        return self.bgp == "up"
+
+
+def _bfd_timers(settings: peers.BFDSettings) -> bfd_machine.Timers:
+    return bfd_machine.Timers(
+        desired_min_tx_us=settings.transmit_interval_ms * 1000,
+        required_min_rx_us=settings.receive_interval_ms * 1000,
+        detect_mult=settings.detect_multiplier,
+        passive=settings.passive,
+    )
+
+
+class _Runner:
+    """Keeps one peer's ExaBGP alive and its routes converged."""
+
+    def __init__(self, owner: Speaker, peer: peers.Peer) -> None:
+        self.owner = owner
+        self.peer = peer
+        self.desired: dict[routes.Prefix, routes.RouteAttributes] = {}
+        self.applied: dict[routes.Prefix, routes.RouteAttributes] = {}
+        self.on_wire: set[routes.Prefix] = set()
+        self.bgp = "idle"
+        self.reason = ""
+        self.restarts = 0
+        self.updates = 0
+        self.refused = 0
+        self._closing = False
+        self._teardown = False
+        self._retry_at: float | None = None
+        self._wake = asyncio.Event()
+        self._wire_changed = asyncio.Event()
+        self._state_changed = asyncio.Event()
+        self.synced = asyncio.Event()
+        self.process: exabgp.Process | None = None
+        self.task = asyncio.create_task(self._run(), name=f"bgp-{peer.name}")
+
+    # --- inputs ------------------------------------------------------------------------------
+
+    def set_desired(self, wanted: Mapping[routes.Prefix, routes.RouteAttributes]) -> None:
+        wanted = dict(wanted)
+        if wanted != self.desired:
+            self.desired = wanted
+            self._retry_at = None
+            self.synced.clear()
+            self._wake.set()
+
+    def request_teardown(self) -> None:
+        self._teardown = True
+        self._wake.set()
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self.task), WITHDRAW_WAIT + 10.0)
+        except TimeoutError:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        finally:
+            if self.process is not None:
+                await self.process.kill()
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        delay = FIRST_RESTART_DELAY
+        while not self._closing:
+            reached_up = False
+            process = exabgp.Process(self.peer, self.owner.options, self._on_event)
+            self.process = process
+            self.applied = {}
+            self.on_wire.clear()
+            self._set_bgp("starting", "")
+            try:
+                await process.start()
+                self._set_bgp("connecting", "")
+                reached_up = await self._serve(process)
+            except (exabgp.ExaBGPError, OSError, ValueError) as e:
+                log.warning("bgp %s: %s", self.peer.name, e)
+                self.reason = str(e)
+            finally:
+                await process.kill()
+            if self.closing():
+                break
+            self.restarts += 1
+            if process.returncode is not None:
+                self.reason = f"ExaBGP exited with {process.returncode}"
+            self._set_bgp("idle", self.reason)
+            if reached_up:
+                delay = FIRST_RESTART_DELAY
+            log.warning("bgp %s: restarting ExaBGP in %.1fs", self.peer.name, delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wait_closing(), delay)
+            delay = min(delay * 2, MAX_RESTART_DELAY)
+        self._set_bgp("idle", "stopped")
+
+    def closing(self) -> bool:
+        # A method, not the attribute: the attribute changes while this runner awaits.
+        return self._closing
+
+    async def _wait_closing(self) -> None:
+        while not self._closing:
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _serve(self, process: exabgp.Process) -> bool:
+        """Converge until ExaBGP dies (returns) or we are closing (withdraws, then returns)."""
+        reached_up = False
+        loop = asyncio.get_running_loop()
+        while True:
+            self._wake.clear()
+            reached_up = reached_up or self.bgp == "up"
+            if process.exited.is_set():
+                return reached_up
+            if self._closing:
+                await self._shut(process)
+                return reached_up
+            if self._teardown:
+                self._teardown = False
+                if self.bgp in ("up", "connected"):
+                    log.warning("bgp %s: BFD down, tearing the session down", self.peer.name)
+                    await process.command(rendering.teardown(self.peer))
+            if self._retry_at is None or loop.time() >= self._retry_at:
+                self._retry_at = None
+                await self._push(process, routes.diff_peer(self.applied, self.desired))
+            if self.applied == self.desired:
+                self.synced.set()
+            timeout = None if self._retry_at is None else max(0.0, self._retry_at - loop.time())
+            waiters = [
+                asyncio.ensure_future(self._wake.wait()),
+                asyncio.ensure_future(process.exited.wait()),
+            ]
+            try:
+                await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()
+
+    async def _push(self, process: exabgp.Process, change: routes.Change) -> None:
+        if not change:
+            return
+        for command in rendering.commands(self.peer, change):
+            if self._teardown and not self._closing:
+                return  # handle the teardown first; the rest follows on the next turn
+            if not await process.command(command.text):
+                self.refused += 1
+                self._retry_at = asyncio.get_running_loop().time() + RETRY_AFTER_REFUSAL
+                continue
+            for prefix in command.withdraw:
+                self.applied.pop(prefix, None)
+            if command.attributes is not None:
+                for prefix in command.announce:
+                    self.applied[prefix] = command.attributes
+        self.owner._changed()
+
+    async def _shut(self, process: exabgp.Process) -> None:
+        with contextlib.suppress(exabgp.ExaBGPError):
+            await self._push(process, routes.diff_peer(self.applied, {}))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WITHDRAW_WAIT
+        while self.bgp == "up" and self.on_wire and loop.time() < deadline:
+            self._wire_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wire_changed.wait(), deadline - loop.time())
+        if self.bgp == "up":
+            with contextlib.suppress(exabgp.ExaBGPError):
+                await process.command(rendering.teardown(self.peer))
+            deadline = loop.time() + 2.0
+            while self.bgp == "up" and loop.time() < deadline:
+                self._state_changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._state_changed.wait(), deadline - loop.time())
+        await process.stop()
+
+    # --- what ExaBGP reports -----------------------------------------------------------------
+
+    def _set_bgp(self, state: str, reason: str) -> None:
+        if (state, reason) == (self.bgp, self.reason):
+            return
+        self.bgp, self.reason = state, reason
+        self._state_changed.set()
+        self.owner._changed()
+
+    def _on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.StateChange):
+            if event.state != "up":
+                self.on_wire.clear()
+                self._wire_changed.set()
+            log.info("bgp %s: session %s %s", self.peer.name, event.state, event.reason)
+            self._set_bgp(event.state, event.reason)
+        elif isinstance(event, events.Sent):
+            self.updates += 1
+            self.on_wire |= event.announced
+            self.on_wire -= event.withdrawn
+            self._wire_changed.set()
+        elif isinstance(event, events.Other) and event.text:
+            log.debug("bgp %s: exabgp says %s", self.peer.name, event.text[:200])
+
+    def status(self, bfd: bfd_machine.Session | None) -> Status:
+        return Status(
+            peer=self.peer.name,
+            address=str(self.peer.peer_address),
+            bgp=self.bgp,
+            bfd=bfd.state.name.lower() if bfd is not None else None,
+            announced=len(self.on_wire),
+            updates=self.updates,
+            restarts=self.restarts,
+            reason=self.reason,
+        )
+
+
+class Speaker:
+    """BGP sessions of this node. `on_change()` is called after any visible change."""
+
+    def __init__(
+        self,
+        options: exabgp.Options,
+        on_change: Callable[[], None] | None = None,
+        bfd_port: int = bfd_transport.CONTROL_PORT,
+    ) -> None:
+        self.options = options
+        self.on_change = on_change
+        self._bfd_port = bfd_port
+        self._bfd: bfd_transport.Endpoint | None = None
+        self._runners: dict[str, _Runner] = {}
+        self._desired: dict[str, dict[routes.Prefix, routes.RouteAttributes]] = {}
+        self._closed = False
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception:
+                log.exception("bgp change callback failed")
+
+    # --- peers ---------------------------------------------------------------------------------
+
+    async def set_peers(self, wanted: Iterable[peers.Peer]) -> list[problems.Problem]:
+        """Make the sessions exactly `wanted` (by name). Returns what could not be honoured."""
+        if self._closed:
+            raise RuntimeError("speaker closed")
+        found: list[problems.Problem] = []
+        by_name: dict[str, peers.Peer] = {}
+        for peer in wanted:
+            issues = peers.check(peer)
+            found += issues
+            if peers.fatal(peer):
+                continue
+            by_name[peer.name] = peer
+        stopping = [r for name, r in self._runners.items() if name not in by_name]
+        for name, peer in by_name.items():
+            runner = self._runners.get(name)
+            if runner is None:
+                continue
+            if runner.peer == peer:
+                continue
+            if dataclasses.replace(runner.peer, bfd=None) == dataclasses.replace(peer, bfd=None):
+                runner.peer = peer  # only BFD timers changed: no reason to reset BGP
+                continue
+            stopping.append(runner)
+        for runner in stopping:
+            del self._runners[runner.peer.name]
+        await asyncio.gather(*(self._stop_runner(r) for r in stopping))
+        for name, peer in by_name.items():
+            if name not in self._runners:
+                runner = _Runner(self, peer)
+                runner.set_desired(self._desired.get(name, {}))
+                self._runners[name] = runner
+        await self._sync_bfd()
+        self._changed()
+        return found
+
+    async def _stop_runner(self, runner: _Runner) -> None:
+        await runner.close()
+
+    async def _sync_bfd(self) -> None:
+        wanted = {str(r.peer.peer_address): r.peer for r in self._runners.values() if r.peer.bfd}
+        if not wanted and self._bfd is None:
+            return
+        if self._bfd is None:
+            self._bfd = bfd_transport.Endpoint(self._on_bfd, port=self._bfd_port)
+        current = self._bfd.sessions()
+        await asyncio.gather(*(self._bfd.remove(a) for a in current if a not in wanted))
+        for address, peer in wanted.items():
+            assert peer.bfd is not None
+            source = str(peer.source_address) if peer.source_address else None
+            try:
+                self._bfd.add(address, _bfd_timers(peer.bfd), source)
+            except OSError as e:
+                log.error("bfd %s: cannot open a session: %s", address, e)
+
+    def _on_bfd(self, address: str, change: bfd_machine.StateChange) -> None:
+        lost = change.old == bfd_packet.State.UP and change.new != bfd_packet.State.UP
+        if lost and not change.remote_admin_down:
+            for runner in self._runners.values():
+                if str(runner.peer.peer_address) == address:
+                    runner.request_teardown()
+        self._changed()
+
+    # --- routes ------------------------------------------------------------------------------
+
+    def set_routes(self, desired: routes.Routes) -> None:
+        """The routes every peer must carry; peers not mentioned carry none."""
+        self._desired = {name: dict(r) for name, r in desired.items()}
+        for name, runner in self._runners.items():
+            runner.set_desired(self._desired.get(name, {}))
+
+    async def wait_synced(self, timeout: float) -> bool:
+        """Until ExaBGP acknowledged the desired routes for every peer (tests, shutdown)."""
+        try:
+            async with asyncio.timeout(timeout):
+                for runner in list(self._runners.values()):
+                    await runner.synced.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def session_states(self) -> dict[str, Status]:
+        bfd = self._bfd.sessions() if self._bfd else {}
+        return {
+            name: r.status(bfd.get(str(r.peer.peer_address)))
+            for name, r in sorted(self._runners.items())
+        }
+
+    def bfd_sessions(self) -> dict[str, bfd_machine.Session]:
+        return self._bfd.sessions() if self._bfd else {}
+
+    def peers(self) -> dict[str, peers.Peer]:
+        return {name: r.peer for name, r in self._runners.items()}
+
+    def process_ids(self) -> dict[str, int | None]:
+        return {n: (r.process.pid if r.process else None) for n, r in self._runners.items()}
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            name: {"refused": r.refused, "updates": r.updates, "restarts": r.restarts}
+            for name, r in self._runners.items()
+        }
+
+    async def close(self) -> None:
+        """Withdraw everything, wait until sent, close the sessions, then stop BFD."""
+        if self._closed:
+            return
+        self._closed = True
+        runners = list(self._runners.values())
+        self._runners.clear()
+        await asyncio.gather(*(self._stop_runner(r) for r in runners))
+        if self._bfd is not None:
+            await asyncio.gather(*(self._bfd.remove(a) for a in self._bfd.sessions()))
+            self._bfd.close()
+            self._bfd = None
+        self._changed()
