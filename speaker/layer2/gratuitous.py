@@ -1,0 +1,54 @@
+"""When to send gratuitous ARP / unsolicited NA for addresses this node has just taken over.
+
+Neighbours only update entries they already have, and Linux ignores an ARP update that arrives
+within `locktime` (1 s) of the previous one, so a single announcement can be lost right after a
+failover. As MetalLB's spam loop does, an address gained is announced at once and then every
+1.1 s (just over the locktime) for 5 s: t = 0, 1.1, 2.2, 3.3, 4.4. Gaining it again while the
+burst runs only extends the window, like MetalLB; losing it stops the burst at once.
+
+Pure: the caller passes the time and sends the frames for the addresses `due` returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from speaker.layer2 import packets
+
+INTERVAL_S: Final = 1.1
+WINDOW_S: Final = 5.0
+
+
+@dataclass
+class Schedule:
+    interval: float = INTERVAL_S
+    window: float = WINDOW_S
+    _next: dict[packets.IPAddress, float] = field(default_factory=dict)
+    _until: dict[packets.IPAddress, float] = field(default_factory=dict)
+
+    def gain(self, address: packets.IPAddress, now: float) -> None:
+        if address not in self._next:
+            self._next[address] = now
+        self._until[address] = now + self.window
+
+    def lose(self, address: packets.IPAddress) -> None:
+        self._next.pop(address, None)
+        self._until.pop(address, None)
+
+    def due(self, now: float) -> list[packets.IPAddress]:
+        """Addresses to announce now; each is then next due `interval` from now."""
+        ready = [a for a, at in self._next.items() if at <= now]
+        for address in ready:
+            following = now + self.interval
+            if following > self._until[address]:
+                self.lose(address)
+            else:
+                self._next[address] = following
+        return ready
+
+    def next_due(self) -> float | None:
+        return min(self._next.values(), default=None)
+
+    def pending(self) -> frozenset[packets.IPAddress]:
+        return frozenset(self._next)

@@ -1,0 +1,215 @@
+"""The only module that touches raw sockets and interface state: AF_PACKET ports and a scan.
+
+One port per announcing interface holds up to two AF_PACKET sockets, bound to ETH_P_ARP and
+ETH_P_IPV6 (not ETH_P_ALL, which would make the kernel copy every frame the node sends and
+receives to the filter). Each gets its BPF program before it is bound, so nothing unfiltered is
+ever queued. Neighbour solicitations go to solicited-node multicast groups a real NIC filters
+out, so the port joins the groups of the owned IPv6 addresses (PACKET_ADD_MEMBERSHIP).
+
+Interface facts come from ioctls on a socket (they follow the caller's network namespace) and,
+for bridge/bond membership, from /sys/class/net/<if>/master as MetalLB reads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import ipaddress
+import logging
+import os
+import socket
+import struct
+from collections.abc import Sequence
+from typing import Final
+
+from speaker.layer2 import filters, interfaces, packets
+
+logger = logging.getLogger("speaker.layer2")
+
+SOL_PACKET: Final = 263
+SO_ATTACH_FILTER: Final = 26
+PACKET_ADD_MEMBERSHIP: Final = 1
+PACKET_DROP_MEMBERSHIP: Final = 2
+PACKET_MR_MULTICAST: Final = 0
+PACKET_OUTGOING: Final = 4
+SIOCGIFFLAGS: Final = 0x8913
+SIOCGIFADDR: Final = 0x8915
+SIOCGIFHWADDR: Final = 0x8927
+IFF_UP: Final = 0x1
+IFF_BROADCAST: Final = 0x2
+IFF_NOARP: Final = 0x80
+ARPHRD_ETHER: Final = 1
+READ_BATCH: Final = 64
+_IFREQ_SIZE: Final = 40
+
+
+def open_raw(
+    interface: str, protocol: int, program: Sequence[filters.Instruction]
+) -> socket.socket:
+    """A non-blocking AF_PACKET socket on `interface` that sees only frames `program` accepts."""
+    # Protocol 0 receives nothing until bind(), so the filter is in place before any frame.
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    try:
+        code = ctypes.create_string_buffer(filters.assemble(program))
+        fprog = struct.pack("HP", len(program), ctypes.addressof(code))
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+        sock.bind((interface, protocol))
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def read_frames(sock: socket.socket, limit: int = READ_BATCH) -> list[bytes]:
+    """Frames waiting on a non-blocking socket (at most `limit`), without our own outgoing ones."""
+    frames = []
+    for _ in range(limit):
+        try:
+            data, address = sock.recvfrom(65535)
+        except (BlockingIOError, InterruptedError):
+            break
+        except OSError as e:
+            # ENETDOWN and friends: the next interface scan closes or reopens the port.
+            logger.debug("receive on %s failed: %s", address_name(sock), e)
+            break
+        if address[2] == PACKET_OUTGOING:
+            continue
+        frames.append(data)
+    return frames
+
+
+def address_name(sock: socket.socket) -> str:
+    with contextlib.suppress(OSError):
+        return str(sock.getsockname()[0])
+    return "?"
+
+
+class RawPort:
+    """ARP and/or NDP sockets on one interface; `arp`/`ndp` say which exist."""
+
+    def __init__(self, facts: interfaces.InterfaceFacts, eligible: interfaces.Eligibility) -> None:
+        self.name = facts.name
+        self.index = facts.index
+        self.mac = facts.mac
+        self.arp = eligible.arp
+        self.ndp = eligible.ndp
+        self._groups: frozenset[bytes] = frozenset()
+        self.arp_socket: socket.socket | None = None
+        self.ndp_socket: socket.socket | None = None
+        try:
+            if self.arp:
+                self.arp_socket = open_raw(self.name, packets.ETH_P_ARP, filters.ARP_REQUESTS)
+            if self.ndp:
+                self.ndp_socket = open_raw(
+                    self.name, packets.ETH_P_IPV6, filters.NEIGHBOR_SOLICITATIONS
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def sockets(self) -> list[socket.socket]:
+        return [s for s in (self.arp_socket, self.ndp_socket) if s is not None]
+
+    def send(self, frame: bytes) -> None:
+        # Any AF_PACKET socket bound to the interface sends any frame; the bound protocol only
+        # selects what it receives.
+        sock = self.arp_socket or self.ndp_socket
+        if sock is None:
+            raise OSError(f"no socket open on {self.name}")
+        sock.send(frame)
+
+    def set_groups(self, groups: frozenset[bytes]) -> None:
+        """Join exactly these Ethernet multicast groups (level-triggered)."""
+        if self.ndp_socket is None or groups == self._groups:
+            return
+        for mac, option in [
+            *((m, PACKET_ADD_MEMBERSHIP) for m in groups - self._groups),
+            *((m, PACKET_DROP_MEMBERSHIP) for m in self._groups - groups),
+        ]:
+            request = struct.pack("iHH8s", self.index, PACKET_MR_MULTICAST, len(mac), mac)
+            try:
+                self.ndp_socket.setsockopt(SOL_PACKET, option, request)
+            except OSError as e:
+                logger.warning("multicast %s on %s failed: %s", packets.mac_text(mac), self.name, e)
+        self._groups = groups
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+        self.arp_socket = self.ndp_socket = None
+        self._groups = frozenset()
+
+
+# --- interface facts ------------------------------------------------------------------------------
+
+
+def _ifreq(sock: socket.socket, request: int, name: str) -> bytes:
+    buffer = struct.pack(f"{_IFREQ_SIZE}s", name.encode()[:15])
+    return fcntl.ioctl(sock.fileno(), request, buffer)
+
+
+def link_local_interfaces() -> frozenset[str]:
+    """Interfaces with an IPv6 link-local address (/proc/net follows the network namespace)."""
+    names = set()
+    with contextlib.suppress(OSError), open("/proc/net/if_inet6") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 6 and fields[0].startswith("fe80"):
+                names.add(fields[5])
+    return frozenset(names)
+
+
+def ipv4_address(name: str) -> ipaddress.IPv4Address | None:
+    """The interface's primary IPv4 address, if it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            result = _ifreq(sock, SIOCGIFADDR, name)
+        except OSError:
+            return None
+    return ipaddress.IPv4Address(result[20:24])
+
+
+def link_local_address(name: str) -> ipaddress.IPv6Address | None:
+    with contextlib.suppress(OSError), open("/proc/net/if_inet6") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5] == name and fields[0].startswith("fe80"):
+                return ipaddress.IPv6Address(bytes.fromhex(fields[0]))
+    return None
+
+
+def scan() -> list[interfaces.InterfaceFacts]:
+    """Facts about every interface of this network namespace; vanished ones are left out."""
+    link_locals = link_local_interfaces()
+    found = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for index, name in socket.if_nameindex():
+            try:
+                (flags,) = struct.unpack_from("H", _ifreq(sock, SIOCGIFFLAGS, name), 16)
+                hw = _ifreq(sock, SIOCGIFHWADDR, name)
+            except OSError:
+                continue
+            (hw_type,) = struct.unpack_from("H", hw, 16)
+            try:
+                _ifreq(sock, SIOCGIFADDR, name)
+                has_ipv4 = True
+            except OSError:
+                has_ipv4 = False
+            found.append(
+                interfaces.InterfaceFacts(
+                    name=name,
+                    index=index,
+                    mac=hw[18:24],
+                    up=bool(flags & IFF_UP),
+                    broadcast=bool(flags & IFF_BROADCAST),
+                    noarp=bool(flags & IFF_NOARP),
+                    enslaved=os.path.exists(f"/sys/class/net/{name}/master"),
+                    ethernet=hw_type == ARPHRD_ETHER,
+                    has_ipv4=has_ipv4,
+                    has_link_local=name in link_locals,
+                )
+            )
+    return found
