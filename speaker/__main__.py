@@ -1,33 +1,115 @@
-"""Entry point: `python -m speaker` / `ironlb-speaker`."""
+"""Entry point: `python -m speaker` / `ironlb-speaker`.
+
+Flags keep MetalLB's names and environment variables where one exists (`--ml-bind-addr` /
+`METALLB_ML_BIND_ADDR`, `--ml-bind-port`, `--ml-secret-key-path`, `--lb-class`,
+`--ignore-exclude-lb`, `NODE_NAME`, `METALLB_NAMESPACE`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
+from pathlib import Path
+
+from controller import operator as shell
+from speaker import agent, appliers
+from speaker.membership import config as membership_config
+from speaker.membership import node as membership
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    env = os.environ.get
     parser = argparse.ArgumentParser(
         prog="ironlb-speaker",
         description="Announce allocated LoadBalancer addresses from this node (ARP/NDP or BGP).",
     )
     parser.add_argument(
-        "--node-name",
-        default=os.environ.get("NODE_NAME", ""),
-        help="this node's name (env NODE_NAME)",
+        "--node-name", default=env("NODE_NAME", ""), help="this node's name (env NODE_NAME)"
     )
     parser.add_argument(
-        "--namespace", default="metallb-system", help="namespace of the metallb.io objects"
+        "--namespace",
+        default=env("METALLB_NAMESPACE", "metallb-system"),
+        help="namespace of the metallb.io objects (env METALLB_NAMESPACE)",
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error"])
+    parser.add_argument("--kubeconfig", default=None, help="else $KUBECONFIG or in-cluster")
+    parser.add_argument("--lb-class", default="", help="handle only this loadBalancerClass")
+    parser.add_argument("--metrics-port", type=int, default=7473, help="Prometheus; 0 = off")
+    parser.add_argument(
+        "--ml-bind-addr",
+        default=env("METALLB_ML_BIND_ADDR", ""),
+        help="membership address (empty: membership off, Node Ready decides liveness)",
+    )
+    parser.add_argument("--ml-bind-port", type=int, default=7946, help="membership UDP port")
+    parser.add_argument(
+        "--ml-seeds", default=env("IRONLB_ML_SEEDS", ""), help="comma-separated host[:port] seeds"
+    )
+    parser.add_argument(
+        "--ml-secret-key-path",
+        default=env("METALLB_ML_SECRET_KEY_PATH", ""),
+        help="directory with the membership key file(s) (a mounted Secret)",
+    )
+    parser.add_argument(
+        "--ml-probe-interval",
+        type=float,
+        default=None,
+        help="membership probe interval in seconds (default: the tuned LAN default)",
+    )
+    parser.add_argument("--no-layer2", action="store_true", help="do not answer ARP/NDP")
+    parser.add_argument("--no-bgp", action="store_true", help="do not run BGP")
+    parser.add_argument("--ignore-exclude-lb", action="store_true")
+    parser.add_argument("--log-level", default="info", choices=sorted(shell.LEVELS))
     return parser.parse_args(argv)
 
 
+def _keyring_files(directory: str) -> list[str]:
+    if not directory:
+        return []
+    return sorted(str(p) for p in Path(directory).iterdir() if p.is_file())
+
+
+async def _run(args: argparse.Namespace) -> int:
+    options = agent.Options(
+        node_name=args.node_name,
+        namespace=args.namespace,
+        lb_class=args.lb_class,
+        kubeconfig=args.kubeconfig,
+        metrics_port=args.metrics_port,
+        ignore_exclude_lb=args.ignore_exclude_lb,
+        log_level=args.log_level,
+    )
+    member: membership.Node | None = None
+    if args.ml_bind_addr:
+        config = membership_config.DEFAULT
+        if args.ml_probe_interval:
+            config = config.replace(probe_interval=args.ml_probe_interval)
+        seeds = [
+            membership.parse_address(s, args.ml_bind_port)
+            for s in args.ml_seeds.split(",")
+            if s.strip()
+        ]
+        files = _keyring_files(args.ml_secret_key_path)
+        member = membership.Node(
+            args.node_name,
+            membership.parse_address(args.ml_bind_addr, args.ml_bind_port),
+            seeds=seeds,
+            keyring=membership.load_keyring(files) if files else None,
+            config=config,
+        )
+        await member.start()
+    layer2 = None if args.no_layer2 else await appliers.layer2()
+    bgp = None if args.no_bgp else appliers.bgp(args.node_name)
+    return await agent.run(options, layer2=layer2, bgp=bgp, membership=member)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parse_args(argv)
-    print("ironlb-speaker: not implemented yet", file=sys.stderr)
-    return 2
+    args = parse_args(argv)
+    if not args.node_name:
+        print("error: --node-name (or NODE_NAME) is required", file=sys.stderr)
+        return 2
+    shell.configure_logging(args.log_level)
+    return asyncio.run(_run(args))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ routes, then exit.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import datetime
 import logging
@@ -31,6 +32,7 @@ import prometheus_client
 from controller import kube
 from controller import operator as shell
 from ironlb import addresses, model
+from ironlb.problems import Problem
 from speaker import desired, snapshot, status
 
 log = logging.getLogger("ironlb.speaker")
@@ -70,7 +72,11 @@ class BGP(Protocol):
     """What the agent needs from the BGP data plane: returns Service key -> peers reached."""
 
     async def apply(
-        self, config: model.Config, node: desired.Node | None, plan: desired.BGPPlan
+        self,
+        config: model.Config,
+        node: desired.Node | None,
+        plan: desired.BGPPlan,
+        passwords: Mapping[str, str],
     ) -> Mapping[str, tuple[model.PeerName, ...]]: ...
 
     async def close(self) -> None: ...
@@ -106,6 +112,9 @@ class Agent:
     dirty: asyncio.Event = field(default_factory=asyncio.Event)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     announced: dict[str, frozenset[str]] = field(default_factory=dict)  # service -> protocols
+    last_good: model.Config | None = None
+    passwords: dict[str, str] = field(default_factory=dict)  # basic-auth Secret -> password
+    _problems: list[Problem] = field(default_factory=list)
     _metric_labels: set[tuple[str, str, str, str]] = field(default_factory=set)
     _posting: set[asyncio.Future[None]] = field(default_factory=set)
 
@@ -134,11 +143,19 @@ class Agent:
         CONFIG_LOADED.set(1)
 
     async def load_secrets(self) -> None:
-        """Secret names (and nothing else) in our namespace: for dangling-reference checks."""
+        """Secret names in our namespace (dangling-reference checks) and BGP passwords, which
+        MetalLB reads from `kubernetes.io/basic-auth` Secrets' `password` key."""
         items, _ = await self.client.list(kube.core_path("secrets", self.options.namespace))
         names = {snapshot.key_of(s): {"metadata": {"name": s["metadata"]["name"]}} for s in items}
-        if names != self.store.secrets:
+        passwords = {
+            s["metadata"]["name"]: password
+            for s in items
+            if s.get("type") == "kubernetes.io/basic-auth"
+            and (password := _decoded(s.get("data"), "password")) is not None
+        }
+        if names != self.store.secrets or passwords != self.passwords:
             self.store.secrets = dict(names)
+            self.passwords = passwords
             self.dirty.set()
 
     # --- the loop -----------------------------------------------------------------------------
@@ -154,15 +171,25 @@ class Agent:
             alive=self.alive(),
             lb_class=self.options.lb_class,
             ignore_exclude_lb=self.options.ignore_exclude_lb,
+            last_good=self.last_good,
         )
-        CONFIG_STALE.set(1 if any(not p.transient for p in problems) else 0)
+        stale = self.last_good is not None and snap.config is self.last_good
+        if not stale:
+            self.last_good = snap.config
+        CONFIG_STALE.set(1 if stale else 0)
+        if problems != self._problems:
+            for p in problems:
+                log.warning("configuration problem", extra={"problem": str(p)})
+            self._problems = problems
         l2 = desired.l2_plan(snap, model.NodeName(me))
         if self.layer2 is not None:
             self.layer2.set_owned({e.address: e.interfaces for e in l2.mine})
         reached: Mapping[str, tuple[model.PeerName, ...]] = {}
         bgp_plan = desired.bgp_plan(snap, model.NodeName(me))
         if self.bgp is not None:
-            reached = await self.bgp.apply(snap.config, snap.nodes.get(me), bgp_plan)
+            reached = await self.bgp.apply(
+                snap.config, snap.nodes.get(me), bgp_plan, self.passwords
+            )
         self._account(l2, reached, snap)
         await self._sync_status(
             status.L2, status.wanted_l2(me, l2 if self.layer2 is not None else _EMPTY_L2)
@@ -312,6 +339,15 @@ class Agent:
 
 
 _EMPTY_L2 = desired.L2Plan((), {}, {})
+
+
+def _decoded(data: Any, key: str) -> str | None:
+    if not isinstance(data, Mapping) or not isinstance(data.get(key), str):
+        return None
+    try:
+        return base64.b64decode(data[key], validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def _event_body(service: Mapping[str, Any], reason: str, message: str, node: str) -> dict[str, Any]:

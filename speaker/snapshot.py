@@ -150,8 +150,16 @@ def ready_nodes(nodes: Iterable[Object]) -> frozenset[str]:
     )
 
 
-def config_of(store: Store, namespace: str) -> tuple[model.Config, list[Problem]]:
-    """Parse and validate the metallb.io objects of our namespace; invalid ones are left out."""
+def config_of(
+    store: Store, namespace: str, last_good: model.Config | None = None
+) -> tuple[model.Config, list[Problem]]:
+    """Parse and validate the metallb.io objects of our namespace.
+
+    An object that does not parse is left out alone. A conflict between objects (two pools
+    overlapping after a race past the webhook) keeps the last configuration that was valid, as
+    MetalLB does, so a new bad object cannot take addresses away from Services already served;
+    before any valid configuration was seen, the conflicting objects are left out.
+    """
     objects: dict[str, list[Object]] = {
         kind: [
             o
@@ -165,7 +173,7 @@ def config_of(store: Store, namespace: str) -> tuple[model.Config, list[Problem]
     checked = validation.validate(config)
     bad = validation.invalid_objects(checked)
     if bad:
-        config = _without(config, bad)
+        config = last_good if last_good is not None else _without(config, bad)
     return config, [*problems, *checked]
 
 
@@ -191,9 +199,10 @@ def build(
     alive: frozenset[str] | None,
     lb_class: str = "",
     ignore_exclude_lb: bool = False,
+    last_good: model.Config | None = None,
 ) -> tuple[desired.Snapshot, list[Problem]]:
     """The whole snapshot; `alive` None means membership is off: Node Ready decides."""
-    config, problems = config_of(store, namespace)
+    config, problems = config_of(store, namespace, last_good)
     by_service: dict[str, list[Object]] = {}
     for s in store.endpoint_slices.values():
         meta = _map(s.get("metadata"))

@@ -256,3 +256,16 @@ def test_names_are_stable_and_distinct_per_node() -> None:
     assert status.object_name(status.L2, "n1", "app/a") != status.object_name(
         status.L2, "n2", "app/a"
     )
+
+
+def test_a_conflict_keeps_the_last_good_configuration() -> None:
+    store = store_with(pool("first", ["10.250.0.200/29"]))
+    good, problems = snapshot.build(store, namespace=NS, alive=frozenset())
+    assert problems == []
+    store.put("IPAddressPool", None, pool("second", ["10.250.0.204/30"]))
+    snap, problems = snapshot.build(store, namespace=NS, alive=frozenset(), last_good=good.config)
+    assert snap.config is good.config
+    assert problems, "the overlap must be reported"
+    # Before any valid configuration was seen, the conflicting objects are left out.
+    snap, _ = snapshot.build(store, namespace=NS, alive=frozenset())
+    assert snap.config.pools == ()

@@ -1,0 +1,57 @@
+"""The data planes behind the agent's two small interfaces (`agent.Layer2`, `agent.BGP`).
+
+Kept apart from the agent so that the agent can be driven in tests with fakes, and so that a
+node that only does L2 never starts ExaBGP (sessions exist only for selected BGPPeers).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from ironlb import model
+from speaker import bgp_intent, desired
+from speaker.bgp import exabgp, routes, speaking
+from speaker.layer2 import announcing
+
+log = logging.getLogger("ironlb.speaker")
+
+
+async def layer2() -> announcing.Layer2Announcer:
+    announcer = announcing.Layer2Announcer()
+    await announcer.start()
+    return announcer
+
+
+class BGPApplier:
+    """Peers and routes for `speaker.bgp.speaking.Speaker`, from this node's BGP plan."""
+
+    def __init__(self, node_name: str) -> None:
+        self.speaker = speaking.Speaker(exabgp.Options(node_name=node_name))
+        self._problems: tuple[str, ...] = ()
+
+    async def apply(
+        self,
+        config: model.Config,
+        node: desired.Node | None,
+        plan: desired.BGPPlan,
+        passwords: Mapping[str, str],
+    ) -> Mapping[str, tuple[model.PeerName, ...]]:
+        intent = bgp_intent.intent(config, node, plan, passwords)
+        problems = [*intent.problems, *await self.speaker.set_peers(intent.sessions)]
+        wanted = routes.desired(intent.announcements, intent.sessions)
+        problems += wanted.problems
+        self.speaker.set_routes(wanted.routes)
+        text = tuple(str(p) for p in problems)
+        if text != self._problems:
+            for line in text:
+                log.warning("bgp problem", extra={"problem": line})
+            self._problems = text
+        return intent.reach
+
+    async def close(self) -> None:
+        await self.speaker.close()
+
+
+def bgp(node_name: str) -> BGPApplier:
+    return BGPApplier(node_name)
