@@ -43,6 +43,12 @@ WITHDRAW_WAIT = 5.0
 RETRY_AFTER_REFUSAL = 30.0
 
 
+# How a runner gets its ExaBGP; tests pass a fake with the same surface.
+ProcessFactory = Callable[
+    [peers.Peer, exabgp.Options, Callable[[events.Event], None]], exabgp.Process
+]
+
+
 @dataclass(frozen=True, slots=True)
 class Status:
     """One peer's session as the speaker sees it. `bgp`: idle, starting, connecting, connected,
@@ -128,14 +134,15 @@ class _Runner:
         delay = FIRST_RESTART_DELAY
         while not self._closing:
             reached_up = False
-            process = exabgp.Process(self.peer, self.owner.options, self._on_event)
+            process = self.owner.process_factory(self.peer, self.owner.options, self._on_event)
             self.process = process
             self.applied = {}
             self.on_wire.clear()
             self._set_bgp("starting", "")
             try:
                 await process.start()
-                self._set_bgp("connecting", "")
+                if self.bgp == "starting":  # unless ExaBGP already reported a state
+                    self._set_bgp("connecting", "")
                 reached_up = await self._serve(process)
             except (exabgp.ExaBGPError, OSError, ValueError) as e:
                 log.warning("bgp %s: %s", self.peer.name, e)
@@ -279,8 +286,10 @@ class Speaker:
         options: exabgp.Options,
         on_change: Callable[[], None] | None = None,
         bfd_port: int = bfd_transport.CONTROL_PORT,
+        process_factory: ProcessFactory = exabgp.Process,
     ) -> None:
         self.options = options
+        self.process_factory = process_factory
         self.on_change = on_change
         self._bfd_port = bfd_port
         self._bfd: bfd_transport.Endpoint | None = None

@@ -1,0 +1,544 @@
+"""BGP mode end to end: real speakers (`python -m speaker.bgp`, ExaBGP, our BFD) in the lab's node
+namespaces, peering with the ToR's FRR. Witnesses are the ToR's kernel FIB, vtysh JSON and a
+packet capture. Timings are measured and reported (`record_property`), never asserted.
+
+Every test undoes what it changed on the shared ToR (extra neighbors, passwords, BFD) and stops
+its speakers, also on failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hack import lab as network_lab
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+TOR_V4 = str(network_lab.TOR_LAN_V4)
+TOR_V6 = str(network_lab.TOR_LAN_V6)
+TOR_ASN = network_lab.TOR_ASN
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0, step: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(step)
+
+
+class Speaker:
+    """One `python -m speaker.bgp` inside a node namespace, spoken to in JSON lines."""
+
+    def __init__(self, lab: network_lab.Lab, index: int, log_dir: Path) -> None:
+        self.lab = lab
+        self.index = index
+        self.ns = network_lab.node_namespace(index)
+        self.address = str(lab.node_v4(index))
+        self.address6 = str(lab.node_v6(index))
+        self.stderr_path = log_dir / f"speaker-node{index}-{time.monotonic_ns()}.log"
+        self._stderr = self.stderr_path.open("w")
+        self.proc = lab.popen(
+            self.ns,
+            sys.executable,
+            "-m",
+            "speaker.bgp",
+            "--node-name",
+            f"node{index}",
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+        )
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.latest: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            event = json.loads(line)
+            if event["event"] == "status":
+                with self._lock:
+                    self.latest = event["sessions"]
+            self.events.put(event)
+
+    def send(self, **message: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+
+    def request(self, kind: str, timeout: float = 30.0, **message: Any) -> dict[str, Any]:
+        self.send(**message)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                event = self.events.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"node{self.index}: no {kind!r} answer") from None
+            if event["event"] == kind:
+                return event
+            if event["event"] == "error":
+                raise AssertionError(f"node{self.index}: {event['message']}")
+
+    def set_peers(self, *peers: dict[str, Any]) -> list[str]:
+        problems: list[str] = self.request("peers", peers=list(peers))["problems"]
+        return problems
+
+    def announce(self, *addresses: str, **ad: Any) -> None:
+        anns = [{"address": a, "advertisements": [ad]} for a in addresses]
+        self.request("routes", announcements=anns)
+
+    def sessions(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self.latest)
+
+    def session(self, name: str) -> dict[str, Any]:
+        return self.sessions().get(name, {})
+
+    def wait_state(
+        self, name: str, bgp: str | None = None, bfd: str | None = None, timeout: float = 20.0
+    ) -> dict[str, Any]:
+        def ok() -> dict[str, Any] | None:
+            s = self.session(name)
+            if bgp is not None and s.get("bgp") != bgp:
+                return None
+            if bfd is not None and s.get("bfd") != bfd:
+                return None
+            return s or None
+
+        return wait_for(f"node{self.index} {name} bgp={bgp} bfd={bfd}", ok, timeout)  # type: ignore[no-any-return]
+
+    def pids(self) -> dict[str, int]:
+        return self.request("pids")["pids"]  # type: ignore[no-any-return]
+
+    def metrics(self) -> str:
+        return self.request("metrics")["text"]  # type: ignore[no-any-return]
+
+    def close(self, timeout: float = 30.0) -> float:
+        """Graceful shutdown; returns how long it took."""
+        started = time.monotonic()
+        if self.proc.poll() is None:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self.send(close=True)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._stderr.close()
+        return time.monotonic() - started
+
+
+def peer(name: str, address: str, my_asn: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "myASN": my_asn,
+        "peerASN": TOR_ASN,
+        "peerAddress": address,
+        "holdTime": 3,
+        **extra,
+    }
+
+
+def node_asn(index: int) -> int:
+    return 64510 + index
+
+
+@pytest.fixture
+def speakers(lab: network_lab.Lab, tmp_path: Path) -> Iterator[Callable[[int], Speaker]]:
+    started: list[Speaker] = []
+
+    def start(index: int) -> Speaker:
+        s = Speaker(lab, index, tmp_path)
+        started.append(s)
+        return s
+
+    try:
+        yield start
+    finally:
+        for s in started:
+            s.close()
+
+
+@pytest.fixture
+def tor(lab: network_lab.Lab) -> Iterator[Callable[..., None]]:
+    """Change the ToR's bgpd/bfdd config for one test; `undo` commands run afterwards."""
+    undo: list[list[str]] = []
+
+    def configure(commands: list[str], revert: list[str]) -> None:
+        undo.append(revert)
+        lab.vtysh("configure terminal", *commands)
+
+    try:
+        yield configure
+    finally:
+        for commands in reversed(undo):
+            lab.vtysh("configure terminal", *commands, check=False)
+
+
+def fib(lab: network_lab.Lab, prefix: str) -> set[str]:
+    """Nexthop gateways of `prefix` in the ToR's kernel FIB."""
+    family = "-6" if ":" in prefix else "-4"
+    out = lab.exec(network_lab.NS_TOR, "ip", "-j", family, "route", "show", prefix).stdout
+    gateways: set[str] = set()
+    for route in json.loads(out or "[]"):
+        if route.get("dst") != prefix.split("/")[0] and route.get("dst") != prefix:
+            continue
+        if "gateway" in route:
+            gateways.add(route["gateway"])
+        for hop in route.get("nexthops", []):
+            gateways.add(hop["gateway"])
+    return gateways
+
+
+def bgp_path(lab: network_lab.Lab, prefix: str) -> list[dict[str, Any]]:
+    family = "ipv6" if ":" in prefix else "ipv4"
+    shown = json.loads(lab.vtysh(f"show bgp {family} unicast {prefix} json").stdout or "{}")
+    return list(shown.get("paths", []))
+
+
+def neighbor(lab: network_lab.Lab, address: str) -> dict[str, Any]:
+    shown = json.loads(lab.vtysh(f"show bgp neighbors {address} json", check=False).stdout or "{}")
+    return dict(shown.get(address, {}))
+
+
+def established_epoch(lab: network_lab.Lab, address: str) -> int | None:
+    n = neighbor(lab, address)
+    if n.get("bgpState") != "Established":
+        return None
+    return int(n["bgpTimerUpEstablishedEpoch"])
+
+
+# --- tests ------------------------------------------------------------------------------------
+
+
+def test_ecmp_v4_and_v6_and_withdraw(
+    lab: network_lab.Lab,
+    speakers: Callable[[int], Speaker],
+    record_property: Callable[[str, object], None],
+) -> None:
+    nodes = [speakers(1), speakers(2)]
+    for s in nodes:
+        assert (
+            s.set_peers(
+                peer("tor", TOR_V4, node_asn(s.index)), peer("tor6", TOR_V6, node_asn(s.index))
+            )
+            == []
+        )
+        s.announce("10.252.0.10", "fd00:252::10")
+    for s in nodes:
+        s.wait_state("tor", bgp="up")
+        s.wait_state("tor6", bgp="up")
+    v4 = {n.address for n in nodes}
+    v6 = {n.address6 for n in nodes}
+    wait_for("ECMP /32", lambda: fib(lab, "10.252.0.10/32") == v4)
+    wait_for("ECMP /128", lambda: fib(lab, "fd00:252::10/128") == v6)
+    (path,) = [
+        p for p in bgp_path(lab, "10.252.0.10/32") if p["peer"]["peerId"] == nodes[0].address
+    ]
+    assert path["origin"] == "IGP"
+    assert path["aspath"]["string"] == str(node_asn(1))
+
+    started = time.monotonic()
+    nodes[0].announce()  # node1 withdraws everything
+    wait_for(
+        "node1 nexthop gone", lambda: fib(lab, "10.252.0.10/32") == {nodes[1].address}, step=0.005
+    )
+    record_property("withdraw_to_fib_s", round(time.monotonic() - started, 3))
+    wait_for("node1 v6 nexthop gone", lambda: fib(lab, "fd00:252::10/128") == {nodes[1].address6})
+    text = nodes[1].metrics()
+    assert f'metallb_bgp_session_up{{peer="{TOR_V4}:179"}} 1.0' in text
+    assert f'metallb_bgp_announced_prefixes_total{{peer="[{TOR_V6}]:179"}} 1.0' in text
+    assert 'metallb_bgp_updates_total{peer="10.250.0.1:179"}' in text
+
+
+def test_communities_and_local_pref_over_ibgp(
+    lab: network_lab.Lab, speakers: Callable[[int], Speaker], tor: Callable[..., None]
+) -> None:
+    node = lab.node_v4(3)
+    tor(
+        [
+            "router bgp 64500",
+            f"neighbor {node} remote-as internal",
+            f"neighbor {node} timers 1 3",
+            "address-family ipv4 unicast",
+            f"neighbor {node} activate",
+        ],
+        ["router bgp 64500", f"no neighbor {node}"],
+    )
+    s = speakers(3)
+    assert (
+        s.set_peers(
+            {
+                "name": "tor-ibgp",
+                "myASN": TOR_ASN,
+                "peerASN": TOR_ASN,
+                "peerAddress": TOR_V4,
+                "holdTime": 3,
+            }
+        )
+        == []
+    )
+    s.announce(
+        "10.252.0.20", localPref=150, communities=["1111:2222", "65535:65282", "large:123:9999:123"]
+    )
+    s.wait_state("tor-ibgp", bgp="up")
+    (path,) = wait_for("route at the ToR", lambda: bgp_path(lab, "10.252.0.20/32"))
+    assert path["locPrf"] == 150
+    assert path["community"]["list"] == ["1111:2222", "noAdvertise"]
+    assert path["largeCommunity"]["list"] == ["123:9999:123"]
+    assert path["peer"]["type"] == "internal"
+
+
+def test_md5_session_and_wrong_password(
+    lab: network_lab.Lab, speakers: Callable[[int], Speaker], tor: Callable[..., None]
+) -> None:
+    node = lab.node_v4(3)
+    secret = 's3cret "with" spaces; and {braces}'
+    tor(
+        [
+            "router bgp 64500",
+            f"neighbor {node} remote-as external",
+            f"neighbor {node} timers 1 3",
+            f"neighbor {node} password {secret}",
+            "address-family ipv4 unicast",
+            f"neighbor {node} activate",
+        ],
+        ["router bgp 64500", f"no neighbor {node}"],
+    )
+    s = speakers(3)
+    plain = peer("tor6", TOR_V6, node_asn(3))
+    md5 = peer("tor-md5", TOR_V4, node_asn(3), password=secret)
+    assert s.set_peers(plain, md5) == []
+    s.announce("10.252.0.21")
+    s.wait_state("tor-md5", bgp="up")
+    s.wait_state("tor6", bgp="up")
+    wait_for("route over the MD5 session", lambda: fib(lab, "10.252.0.21/32") == {str(node)})
+    assert neighbor(lab, str(node)).get("bgpState") == "Established"
+    v6_epoch = wait_for("tor6 established", lambda: established_epoch(lab, s.address6))
+    v6_pid = s.pids()["tor6"]
+
+    # Same peer, wrong password: its session goes and never comes back; tor6 is untouched.
+    assert s.set_peers(plain, {**md5, "password": "wrong"}) == []
+    wait_for("MD5 session gone", lambda: s.session("tor-md5").get("bgp") != "up")
+    wait_for("route withdrawn", lambda: fib(lab, "10.252.0.21/32") == set())
+    time.sleep(4)  # several connect attempts (ToR connect timer 1 s, hold 3 s)
+    assert s.session("tor-md5").get("bgp") != "up"
+    assert neighbor(lab, str(node)).get("bgpState") != "Established"
+    assert s.session("tor6")["bgp"] == "up"
+    assert established_epoch(lab, s.address6) == v6_epoch
+    assert s.pids()["tor6"] == v6_pid
+
+
+def test_bad_peers_do_not_disturb_a_working_one(
+    lab: network_lab.Lab, speakers: Callable[[int], Speaker]
+) -> None:
+    s = speakers(1)
+    good = peer("tor", TOR_V4, node_asn(1))
+    assert s.set_peers(good) == []
+    s.announce("10.252.0.22")
+    s.wait_state("tor", bgp="up")
+    wait_for("route", lambda: fib(lab, "10.252.0.22/32") == {s.address})
+    epoch = wait_for("established", lambda: established_epoch(lab, s.address))
+    pid = s.pids()["tor"]
+
+    bad = [
+        peer("refuses", TOR_V4, node_asn(1), peerPort=1179),  # nothing listens there: RST
+        peer("unreachable", "10.250.0.99", node_asn(1)),  # nobody answers ARP
+        peer("wrong-password", TOR_V6, node_asn(1), password="nobody-expects-this"),
+    ]
+    assert s.set_peers(good, *bad) == []
+    wait_for(
+        "bad peers running",
+        lambda: all(s.session(p["name"]).get("bgp") not in (None, "idle", "starting") for p in bad),
+    )
+    time.sleep(5)
+    states = s.sessions()
+    assert {p["name"]: states[p["name"]]["bgp"] != "up" for p in bad} == {
+        p["name"]: True for p in bad
+    }
+    assert states["tor"]["bgp"] == "up"
+    assert fib(lab, "10.252.0.22/32") == {s.address}
+
+    assert s.set_peers(good) == []
+    assert set(s.sessions()) == {"tor"}
+    assert established_epoch(lab, s.address) == epoch
+    assert s.pids()["tor"] == pid
+    assert s.session("tor")["restarts"] == 0
+
+
+def test_killed_exabgp_is_restarted_and_routes_return(
+    lab: network_lab.Lab,
+    speakers: Callable[[int], Speaker],
+    record_property: Callable[[str, object], None],
+) -> None:
+    s = speakers(2)
+    assert s.set_peers(peer("tor", TOR_V4, node_asn(2))) == []
+    s.announce("10.252.0.23", "10.252.0.24")
+    wait_for("routes", lambda: fib(lab, "10.252.0.24/32") == {s.address})
+    pid = s.pids()["tor"]
+    started = time.monotonic()
+    lab.exec(s.ns, "kill", "-9", str(pid), check=True)
+    wait_for("routes gone", lambda: fib(lab, "10.252.0.24/32") == set(), step=0.01)
+    gone = time.monotonic() - started
+    wait_for(
+        "routes back",
+        lambda: (
+            fib(lab, "10.252.0.23/32") == {s.address} and fib(lab, "10.252.0.24/32") == {s.address}
+        ),
+        step=0.01,
+    )
+    back = time.monotonic() - started
+    record_property("kill9_routes_gone_s", round(gone, 3))
+    record_property("kill9_routes_back_s", round(back, 3))
+    assert s.pids()["tor"] != pid
+    assert s.session("tor")["restarts"] == 1
+
+
+def test_bfd_link_cut_drops_the_nexthop(
+    lab: network_lab.Lab,
+    speakers: Callable[[int], Speaker],
+    tor: Callable[..., None],
+    record_property: Callable[[str, object], None],
+) -> None:
+    tor(
+        [
+            "bfd",
+            "profile ironlb-fast",
+            "receive-interval 300",
+            "transmit-interval 300",
+            "detect-multiplier 3",
+            "exit",
+            "exit",
+            "router bgp 64500",
+            "neighbor nodes bfd",
+            "neighbor nodes bfd profile ironlb-fast",
+        ],
+        [
+            "router bgp 64500",
+            "no neighbor nodes bfd profile ironlb-fast",
+            "no neighbor nodes bfd",
+            "exit",
+            "bfd",
+            "no profile ironlb-fast",
+        ],
+    )
+    bfd = {"receiveInterval": 300, "transmitInterval": 300, "detectMultiplier": 3}
+    nodes = [speakers(1), speakers(2)]
+    for s in nodes:
+        assert s.set_peers(peer("tor", TOR_V4, node_asn(s.index), bfd=bfd)) == []
+        s.announce("10.252.0.30")
+    for s in nodes:
+        s.wait_state("tor", bgp="up", bfd="up", timeout=30)
+    both = {n.address for n in nodes}
+    wait_for("ECMP", lambda: fib(lab, "10.252.0.30/32") == both)
+
+    def tor_bfd_up() -> bool:
+        peers = json.loads(lab.vtysh("show bfd peers json").stdout or "[]")
+        return {p["peer"] for p in peers if p.get("status") == "up"} >= both
+
+    wait_for("ToR BFD up", tor_bfd_up)
+    cut = nodes[0]
+    try:
+        started = time.monotonic()
+        lab.exec(cut.ns, "ip", "link", "set", "eth0", "down", check=True)
+        wait_for(
+            "cut node's nexthop gone",
+            lambda: fib(lab, "10.252.0.30/32") == {nodes[1].address},
+            timeout=10,
+            step=0.005,
+        )
+        elapsed = time.monotonic() - started
+        record_property("bfd_link_cut_to_fib_s", round(elapsed, 3))
+        print(f"\nBFD 300 ms x 3: link cut -> ToR FIB without the nexthop in {elapsed:.3f} s")
+        # Our side noticed too and tore the BGP session down instead of waiting for hold time.
+        cut.wait_state("tor", bfd="down", timeout=5)
+        wait_for("our BGP torn down", lambda: cut.session("tor").get("bgp") != "up", timeout=5)
+    finally:
+        lab.exec(cut.ns, "ip", "link", "set", "eth0", "up", check=True)
+    cut.wait_state("tor", bgp="up", bfd="up", timeout=30)
+    wait_for("nexthop back", lambda: fib(lab, "10.252.0.30/32") == both, timeout=20)
+    text = cut.metrics()
+    assert f'metallb_bfd_session_up{{peer="{TOR_V4}"}} 1.0' in text
+    assert f'metallb_bfd_session_down_events{{peer="{TOR_V4}"}} 1.0' in text
+
+
+def test_graceful_shutdown_withdraws_before_closing(
+    lab: network_lab.Lab,
+    speakers: Callable[[int], Speaker],
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
+) -> None:
+    s = speakers(2)
+    assert s.set_peers(peer("tor", TOR_V4, node_asn(2), enableGracefulRestart=True)) == []
+    s.announce("10.252.0.40")
+    s.wait_state("tor", bgp="up")
+    wait_for("route", lambda: fib(lab, "10.252.0.40/32") == {s.address})
+    pcap = tmp_path / "bgp.pcap"
+    dump = lab.popen(
+        network_lab.NS_TOR,
+        "tcpdump",
+        "-i",
+        "br0",
+        "-U",
+        "-w",
+        str(pcap),
+        f"tcp port 179 and host {s.address}",
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(1.0)  # tcpdump attaches
+        took = s.close()
+        record_property("graceful_close_s", round(took, 3))
+        assert s.proc.returncode == 0
+        # Gone at once although graceful restart was negotiated: withdrawn, not left stale.
+        wait_for("route gone", lambda: fib(lab, "10.252.0.40/32") == set(), timeout=2)
+        time.sleep(0.5)
+    finally:
+        dump.terminate()
+        dump.wait(5)
+    kinds = bgp_messages_from(pcap, s.address)
+    withdraw_at = next(i for i, (kind, withdrawn) in enumerate(kinds) if kind == 2 and withdrawn)
+    close_at = next(i for i, (kind, _) in enumerate(kinds) if kind == 3)
+    assert withdraw_at < close_at, kinds
+
+
+def bgp_messages_from(pcap: Path, source: str) -> list[tuple[int, bool]]:
+    """(type, has withdrawn routes) of each BGP message `source` sent, in stream order."""
+    from scapy.all import IP, TCP, rdpcap  # type: ignore[import-untyped]
+
+    segments: dict[int, bytes] = {}
+    for p in rdpcap(str(pcap)):
+        if IP in p and TCP in p and p[IP].src == source and bytes(p[TCP].payload):
+            segments[int(p[TCP].seq)] = bytes(p[TCP].payload)
+    stream = b"".join(segments[k] for k in sorted(segments))
+    out: list[tuple[int, bool]] = []
+    i = 0
+    while i + 19 <= len(stream):
+        length, kind = int.from_bytes(stream[i + 16 : i + 18], "big"), stream[i + 18]
+        body = stream[i + 19 : i + length]
+        withdrawn = kind == 2 and (
+            int.from_bytes(body[:2], "big") > 0 or b"\x80\x0f" in body or b"\x90\x0f" in body
+        )
+        out.append((kind, withdrawn))
+        i += max(length, 19)
+    return out

@@ -1,0 +1,284 @@
+"""The Speaker's runners against a fake ExaBGP: convergence, restarts, shutdown order, BFD.
+
+The fake has ExaBGP's surface (start / command / stop / kill / exited) and answers like it: acks
+every command and reports the UPDATEs it would send. No process, no socket, no sleep: restart
+delays are set to zero and every wait is on an event the test controls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from speaker.bgp import events, exabgp, peers, routes, speaking
+from speaker.bgp.bfd import machine as bfd_machine
+from speaker.bgp.bfd import packet as bfd_packet
+
+net = ipaddress.ip_network
+A = routes.RouteAttributes
+
+
+def _prefixes(text: str) -> frozenset[routes.Prefix]:
+    words = text.split()
+    if "nlri" in words:
+        return frozenset(net(w) for w in words[words.index("nlri") + 1 :])
+    return frozenset({net(words[2])})
+
+
+class FakeExaBGP:
+    def __init__(
+        self, peer: peers.Peer, options: exabgp.Options, on_event: Callable[[events.Event], None]
+    ) -> None:
+        self.peer = peer
+        self.on_event = on_event
+        self.commands: list[str] = []
+        self.timeline: list[str] = []
+        self.exited = asyncio.Event()
+        self.returncode: int | None = None
+        self.refuse: set[str] = set()
+        self.hold_sent = False  # keep withdrawals "in ExaBGP" until release()
+        self._held: list[events.Sent] = []
+        self.pid = id(self)
+
+    @property
+    def alive(self) -> bool:
+        return not self.exited.is_set()
+
+    def _emit(self, event: events.Event) -> None:
+        self.on_event(event)
+
+    async def start(self) -> None:
+        self._emit(events.StateChange(str(self.peer.peer_address), "connected"))
+        self._emit(events.StateChange(str(self.peer.peer_address), "up"))
+
+    async def command(self, text: str) -> bool:
+        if not self.alive:
+            raise exabgp.ExaBGPError("dead")
+        self.commands.append(text)
+        self.timeline.append(text.split()[0] if not text.startswith("neighbor") else "teardown")
+        if any(text.startswith(r) for r in self.refuse):
+            return False
+        address = str(self.peer.peer_address)
+        if text.startswith("announce"):
+            self._emit(events.Sent(address, announced=_prefixes(text)))
+        elif text.startswith("withdraw"):
+            sent = events.Sent(address, withdrawn=_prefixes(text))
+            if self.hold_sent:
+                self._held.append(sent)
+            else:
+                self._emit(sent)
+        elif text.endswith("teardown 6"):
+            self._emit(events.StateChange(address, "down", "teardown"))
+        return True
+
+    def release(self) -> None:
+        for sent in self._held:
+            self.timeline.append("sent-withdraw")
+            self._emit(sent)
+        self._held.clear()
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        self.timeline.append("stop")
+        self.die(0)
+
+    async def kill(self) -> None:
+        self.die(-9)
+
+    def die(self, code: int = -9) -> None:
+        if self.alive:
+            self.returncode = code
+            self.exited.set()
+
+
+class Fakes(list[FakeExaBGP]):
+    """Every fake ExaBGP the speaker made, in order; `factory` is what the speaker calls."""
+
+    def factory(self, *args: Any) -> Any:
+        fake = FakeExaBGP(*args)
+        self.append(fake)
+        return fake
+
+
+@pytest.fixture
+def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fakes]:
+    monkeypatch.setattr(speaking, "FIRST_RESTART_DELAY", 0.0)
+    yield Fakes()
+
+
+def make_speaker(fakes: Fakes) -> speaking.Speaker:
+    return speaking.Speaker(exabgp.Options(node_name="n1"), process_factory=fakes.factory)
+
+
+def peer(name: str = "tor", address: str = "10.0.0.1", **kw: Any) -> peers.Peer:
+    return peers.Peer(name, 64512, 64500, ipaddress.ip_address(address), **kw)
+
+
+async def settle(speaker: speaking.Speaker) -> None:
+    assert await speaker.wait_synced(5.0)
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_routes_reach_exabgp_and_later_diffs_are_minimal(fakes: Fakes) -> None:
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer()])
+    one, two, three = net("10.1.0.1/32"), net("10.1.0.2/32"), net("10.1.0.3/32")
+    speaker.set_routes({"tor": {one: A(), two: A()}})
+    await settle(speaker)
+    (fake,) = fakes
+    assert fake.commands == [
+        "announce attributes next-hop self origin igp nlri 10.1.0.1/32 10.1.0.2/32"
+    ]
+    speaker.set_routes(
+        {"tor": {one: A(), three: A(communities=frozenset({routes.Community(1, 2)}))}}
+    )
+    await settle(speaker)
+    assert fake.commands[1:] == [
+        "withdraw route 10.1.0.2/32",
+        "announce route 10.1.0.3/32 next-hop self origin igp community [ 1:2 ]",
+    ]
+    status = speaker.session_states()["tor"]
+    assert status.up and status.announced == 2 and status.updates == 3
+    await speaker.close()
+
+
+async def test_dead_exabgp_is_restarted_and_everything_reannounced(
+    fakes: Fakes,
+) -> None:
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer()])
+    speaker.set_routes({"tor": {net("10.1.0.1/32"): A()}})
+    await settle(speaker)
+    fakes[0].die()
+    for _ in range(50):
+        await asyncio.sleep(0)
+        if len(fakes) == 2 and fakes[1].commands:
+            break
+    assert len(fakes) == 2
+    assert fakes[1].commands == ["announce route 10.1.0.1/32 next-hop self origin igp"]
+    assert speaker.session_states()["tor"].restarts == 1
+    await speaker.close()
+
+
+async def test_shutdown_withdraws_waits_for_the_wire_then_closes(fakes: Fakes) -> None:
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer()])
+    speaker.set_routes({"tor": {net("10.1.0.1/32"): A(), net("10.1.0.2/32"): A(local_pref=5)}})
+    await settle(speaker)
+    (fake,) = fakes
+    fake.hold_sent = True
+    closing = asyncio.create_task(speaker.close())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    # Withdrawn, but not yet on the wire: the session must stay up.
+    assert fake.commands[-1] == "withdraw attributes nlri 10.1.0.1/32 10.1.0.2/32"
+    assert "teardown" not in fake.timeline and "stop" not in fake.timeline
+    fake.release()
+    await asyncio.wait_for(closing, 5)
+    order = fake.timeline[fake.timeline.index("withdraw") :]
+    assert order == ["withdraw", "sent-withdraw", "teardown", "stop"]
+    assert speaker.session_states() == {}
+
+
+async def test_a_refused_command_is_not_retried_in_a_loop(fakes: Fakes) -> None:
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer()])
+    await asyncio.sleep(0)
+    fakes[0].refuse = {"announce route 10.1.0.9/32"}
+    speaker.set_routes({"tor": {net("10.1.0.9/32"): A()}})
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert fakes[0].commands == ["announce route 10.1.0.9/32 next-hop self origin igp"]
+    assert speaker.stats()["tor"]["refused"] == 1
+    # A new desired state is tried at once.
+    speaker.set_routes({"tor": {net("10.1.0.8/32"): A()}})
+    await settle(speaker)
+    assert fakes[0].commands[-1] == "announce route 10.1.0.8/32 next-hop self origin igp"
+    await speaker.close()
+
+
+async def test_peer_changes_leave_other_sessions_alone(fakes: Fakes) -> None:
+    speaker = make_speaker(fakes)
+    a, b = peer("a", "10.0.0.1"), peer("b", "10.0.0.2")
+    await speaker.set_peers([a])
+    speaker.set_routes({"a": {net("10.1.0.1/32"): A()}, "b": {net("10.1.0.2/32"): A()}})
+    await settle(speaker)
+    await speaker.set_peers([a, b])
+    await settle(speaker)
+    first, second = fakes
+    assert first.alive and "stop" not in first.timeline
+    assert second.commands == ["announce route 10.1.0.2/32 next-hop self origin igp"]
+    # Changing b (here its hold time) replaces b's process only.
+    await speaker.set_peers([a, peer("b", "10.0.0.2", hold_time=30)])
+    await settle(speaker)
+    assert not second.alive and second.timeline[-1] == "stop"
+    assert first.alive and len(fakes) == 3
+    # Removing a withdraws a's routes, then stops it; b's new process is untouched.
+    await speaker.set_peers([peer("b", "10.0.0.2", hold_time=30)])
+    assert first.timeline[-3:] == ["withdraw", "teardown", "stop"]
+    assert fakes[2].alive
+    await speaker.close()
+
+
+async def test_fatal_peer_problems_start_nothing(fakes: Fakes) -> None:
+    speaker = make_speaker(fakes)
+    found = await speaker.set_peers([peer(hold_time=2)])
+    assert [p.field for p in found] == ["holdTime"]
+    assert speaker.session_states() == {} and fakes == []
+    await speaker.close()
+
+
+class FakeEndpoint:
+    def __init__(self, on_change: Any, port: int = 0) -> None:
+        self.on_change = on_change
+        self.timers: dict[str, bfd_machine.Timers] = {}
+
+    def add(self, peer: str, timers: bfd_machine.Timers, local: str | None = None) -> None:
+        self.timers[peer] = timers
+
+    async def remove(self, peer: str, linger: float = 0.5) -> None:
+        self.timers.pop(peer, None)
+
+    def sessions(self) -> dict[str, Any]:
+        return dict(self.timers)
+
+    def close(self) -> None:
+        self.timers.clear()
+
+
+async def test_bfd_down_tears_bgp_down_but_admin_down_does_not(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(speaking.bfd_transport, "Endpoint", FakeEndpoint)
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer(bfd=peers.BFDSettings(300, 300, 3))])
+    await asyncio.sleep(0)
+    (fake,) = fakes
+    endpoint = speaker._bfd
+    assert isinstance(endpoint, FakeEndpoint)
+    assert endpoint.timers["10.0.0.1"] == bfd_machine.Timers(300_000, 300_000, 3)
+    S, D = bfd_packet.State, bfd_packet.Diag
+    endpoint.on_change(
+        "10.0.0.1",
+        bfd_machine.StateChange(
+            S.UP, S.DOWN, D.NEIGHBOR_SIGNALED_SESSION_DOWN, remote_admin_down=True
+        ),
+    )
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert "teardown" not in fake.timeline
+    endpoint.on_change(
+        "10.0.0.1", bfd_machine.StateChange(S.UP, S.DOWN, D.CONTROL_DETECTION_TIME_EXPIRED)
+    )
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert fake.commands[-1] == "neighbor 10.0.0.1 teardown 6"
+    # New BFD timers alone do not restart BGP.
+    await speaker.set_peers([peer(bfd=peers.BFDSettings(100, 100, 5))])
+    assert fake.alive and len(fakes) == 1
+    assert endpoint.timers["10.0.0.1"] == bfd_machine.Timers(100_000, 100_000, 5)
+    await speaker.close()
