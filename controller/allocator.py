@@ -19,8 +19,9 @@ What differs, deliberately (MetalLB leaves these to Go map order or gets them wr
   namespace to explicit requests, its `isPoolCompatibleWithService` quirk);
 * an address keeps its sharing key while any Service uses it (MetalLB drops it when the remaining
   users have no ports, letting a non-sharing Service in);
-* the PreferDualStack top-up runs only for Services whose cluster IPs are dual-stack (MetalLB also
-  tops up single-stack Services and then clears the second address on the next pass, flapping);
+* the PreferDualStack top-up runs only for Services whose cluster IPs are dual-stack and that did
+  not ask for explicit addresses (MetalLB tops up in both cases and clears the extra address on
+  the next pass, so the Service flaps);
 * capacity saturates at 2**63-1 instead of overflowing when a huge IPv6 range is not the last one.
 
 Cost: nothing enumerates a pool. The first free address of a range is a predecessor search over
@@ -995,6 +996,7 @@ class _Converging:
             len(current) == 1
             and policy is requests.FamilyPolicy.PREFER_DUAL_STACK
             and svc.family is requests.ServiceFamily.DUAL
+            and not svc.requested.ips  # an explicit request is exactly what the user wants
         ):
             result = allocator.allocate_additional_family(svc)
             if isinstance(result, AllocError):

@@ -10,8 +10,8 @@ address is free). Finding the run is a predecessor search over run starts.
 The run starts live in a blocked sorted list (`SortedInts`): a list of sorted blocks of at most
 `2 * LOAD` integers plus the list of each block's maximum. A search is two bisections, O(log n); an
 insertion or deletion bisects and then shifts at most one block (O(LOAD), a memmove of a few KiB),
-splitting it when it grows past `2 * LOAD`. A single flat list would make inserts O(n) memmoves,
-which `bench/allocator_micro.py` shows starting to matter at a few hundred thousand runs.
+splitting it when it grows past `2 * LOAD`. A single flat list would make every insert an O(n)
+memmove; the `structure` figures of `bench/allocator_micro.py` put the two side by side.
 """
 
 from __future__ import annotations

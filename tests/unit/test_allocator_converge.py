@@ -347,6 +347,31 @@ CASES = [
         (IP_ALLOCATED,),
     ),
     Case(
+        "PreferDualStack holding one address is topped up from its pool",
+        service(
+            cluster_ips=DUAL_CLUSTER,
+            policy="PreferDualStack",
+            annotations={POOL: "pool5"},
+            ingress=("1.2.3.1",),
+        ),
+        SET,
+        "1.2.3.1,1000::",
+        "pool5",
+        (IP_ALLOCATED,),
+    ),
+    Case(
+        "PreferDualStack holding its explicitly requested address is not topped up",
+        service(
+            cluster_ips=DUAL_CLUSTER,
+            policy="PreferDualStack",
+            annotations={LB_IPS: "1.2.3.0", POOL: "pool5"},
+            ingress=("1.2.3.0",),
+        ),
+        SET,
+        "1.2.3.0",
+        "pool5",
+    ),
+    Case(
         "RequireDualStack with one cluster IP",
         service(policy="RequireDualStack", ingress=("1.2.3.0",)),
         CLEAR,
