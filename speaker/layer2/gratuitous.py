@@ -18,6 +18,9 @@ from speaker.layer2 import packets
 
 INTERVAL_S: Final = 1.1
 WINDOW_S: Final = 5.0
+# A timer may fire a hair early (asyncio runs handles due within its clock resolution) and float
+# sums drift (2.2 + 1.1 > 3.3); a round this close to its time counts as due.
+SLACK_S: Final = 0.001
 
 
 @dataclass
@@ -38,10 +41,18 @@ class Schedule:
 
     def due(self, now: float) -> list[packets.IPAddress]:
         """Addresses to announce now; each is then next due `interval` from now."""
-        ready = [a for a, at in self._next.items() if at <= now]
-        for address in ready:
+        ready = []
+        for address, at in list(self._next.items()):
+            if at > now + SLACK_S:
+                continue
+            until = self._until[address]
+            if now > until + SLACK_S:
+                # Nobody woke us within the window: announcing this late would be noise.
+                self.lose(address)
+                continue
+            ready.append(address)
             following = now + self.interval
-            if following > self._until[address]:
+            if following > until + SLACK_S:
                 self.lose(address)
             else:
                 self._next[address] = following

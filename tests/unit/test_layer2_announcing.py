@@ -1,0 +1,193 @@
+"""The announcer's level-triggered state on fake ports and a fake clock; the metrics it exposes."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from speaker.layer2 import announcing, metrics, packets, responding
+
+MAC0 = packets.mac_bytes("02:00:0a:fa:00:0b")
+MAC1 = packets.mac_bytes("02:00:0a:fa:01:0b")
+TOR_MAC = packets.mac_bytes("02:00:0a:fa:00:01")
+TOR4 = ipaddress.IPv4Address("10.250.0.1")
+TOR_LL = ipaddress.IPv6Address("fe80::1")
+VIP4 = ipaddress.IPv4Address("10.250.0.200")
+VIP4B = ipaddress.IPv4Address("10.250.0.201")
+VIP6 = ipaddress.IPv6Address("fd00:250::200")
+
+
+@dataclass
+class FakePort:
+    name: str
+    mac: bytes
+    arp: bool = True
+    ndp: bool = True
+    sent: list[bytes] = field(default_factory=list)
+    groups: frozenset[bytes] = frozenset()
+    fail: bool = False
+
+    def send(self, frame: bytes) -> None:
+        if self.fail:
+            raise OSError("ENOBUFS")
+        self.sent.append(frame)
+
+    def set_groups(self, groups: frozenset[bytes]) -> None:
+        self.groups = groups
+
+    def take(self) -> list[packets.Packet | None]:
+        frames, self.sent = self.sent, []
+        return [packets.parse(f) for f in frames]
+
+
+def setup() -> tuple[announcing.Announcer, FakePort, FakePort]:
+    core = announcing.Announcer()
+    eth0, eth1 = FakePort("eth0", MAC0), FakePort("eth1", MAC1)
+    core.set_ports({"eth0": eth0, "eth1": eth1})
+    return core, eth0, eth1
+
+
+def who_has(address: ipaddress.IPv4Address) -> bytes:
+    return packets.arp_request(TOR_MAC, TOR4, address)
+
+
+def solicit(address: ipaddress.IPv6Address) -> bytes:
+    return packets.neighbor_solicitation(
+        eth_src=TOR_MAC, source=TOR_LL, target=address, source_mac=TOR_MAC
+    )
+
+
+def test_gaining_sends_both_garp_forms_and_an_na_on_every_allowed_port_at_once() -> None:
+    core, eth0, eth1 = setup()
+    gained, lost = core.set_owned({VIP4: (), VIP6: ("eth1",)}, now=0.0)
+    assert (gained, lost) == (frozenset({VIP4, VIP6}), frozenset())
+    sent0, sent1 = eth0.take(), eth1.take()
+    assert [(p.operation, p.sender_ip) for p in sent0 if isinstance(p, packets.Arp)] == [
+        (packets.ARP_REQUEST, VIP4),
+        (packets.ARP_REPLY, VIP4),
+    ]
+    assert not any(isinstance(p, packets.NeighborAdvertisement) for p in sent0)
+    na = [p for p in sent1 if isinstance(p, packets.NeighborAdvertisement)]
+    assert [(p.target, p.override, p.solicited, p.target_mac) for p in na] == [
+        (VIP6, True, False, MAC1)
+    ]
+    assert len(sent1) == 3  # 2 ARP + 1 NA
+    assert core.stats.gratuitous_sent == {str(VIP4): 4, str(VIP6): 1}
+
+
+def test_gratuitous_rounds_repeat_on_the_clock_and_stop_on_loss() -> None:
+    core, eth0, _ = setup()
+    core.set_owned({VIP4: ("eth0",)}, now=10.0)
+    rounds = [10.0]
+    eth0.take()
+    while (due := core.schedule.next_due()) is not None:
+        assert core.tick(due) == core.schedule.next_due()
+        assert len(eth0.take()) == 2
+        rounds.append(round(due, 2))
+    assert rounds == [10.0, 11.1, 12.2, 13.3, 14.4]
+
+    core.set_owned({VIP4B: ("eth0",)}, now=20.0)
+    eth0.take()
+    core.set_owned({}, now=20.5)
+    assert core.schedule.next_due() is None
+    assert core.tick(21.1) is None
+    assert eth0.take() == []
+
+
+def test_unchanged_ownership_sends_nothing_and_changed_interfaces_announce_again() -> None:
+    core, eth0, eth1 = setup()
+    core.set_owned({VIP4: ("eth0",)}, now=0.0)
+    eth0.take()
+    assert core.set_owned({VIP4: ("eth0",)}, now=0.4) == (frozenset(), frozenset())
+    assert eth0.take() == [] and eth1.take() == []
+    gained, _ = core.set_owned({VIP4: ("eth0", "eth1")}, now=0.5)
+    assert gained == frozenset({VIP4})
+    # Still inside the first burst: the window is extended, the next round comes at 1.1 s.
+    core.tick(1.1)
+    assert len(eth0.take()) == 2 and len(eth1.take()) == 2
+
+
+def test_requests_are_answered_only_while_owned() -> None:
+    core, eth0, _ = setup()
+    core.set_owned({VIP4: (), VIP6: ()}, now=0.0)
+    eth0.take()
+    decision = core.handle(eth0, who_has(VIP4))
+    assert isinstance(decision, responding.Answer)
+    (reply,) = eth0.take()
+    assert isinstance(reply, packets.Arp)
+    assert (reply.sender_mac, reply.sender_ip, reply.eth_dst) == (MAC0, VIP4, TOR_MAC)
+    assert isinstance(core.handle(eth0, solicit(VIP6)), responding.Answer)
+    (na,) = eth0.take()
+    assert isinstance(na, packets.NeighborAdvertisement) and na.solicited
+
+    core.set_owned({VIP6: ()}, now=1.0)
+    assert core.handle(eth0, who_has(VIP4)) == responding.Ignore(responding.Reason.NOT_OWNER, VIP4)
+    assert eth0.take() == []
+    assert core.stats.requests_received == {str(VIP4): 1, str(VIP6): 1}
+    assert core.stats.responses_sent == {str(VIP4): 1, str(VIP6): 1}
+
+
+def test_interface_restriction_applies_to_answers() -> None:
+    core, eth0, eth1 = setup()
+    core.set_owned({VIP4: ("eth1",)}, now=0.0)
+    assert core.handle(eth0, who_has(VIP4)) == responding.Ignore(
+        responding.Reason.WRONG_INTERFACE, VIP4
+    )
+    assert isinstance(core.handle(eth1, who_has(VIP4)), responding.Answer)
+
+
+def test_failed_send_counts_the_request_but_not_a_response() -> None:
+    core, eth0, _ = setup()
+    core.set_owned({VIP4: ()}, now=0.0)
+    eth0.fail = True
+    assert isinstance(core.handle(eth0, who_has(VIP4)), responding.Answer)
+    assert core.stats.requests_received[str(VIP4)] == 1
+    assert core.stats.responses_sent[str(VIP4)] == 0
+
+
+def test_solicited_node_groups_follow_owned_v6_addresses_per_interface() -> None:
+    core, eth0, eth1 = setup()
+    other = ipaddress.IPv6Address("fd00:251::200")  # same low 24 bits -> same group as VIP6
+    core.set_owned({VIP6: ("eth0",), other: (), VIP4: ()}, now=0.0)
+    group = packets.multicast_mac(packets.solicited_node(VIP6))
+    assert group == packets.multicast_mac(packets.solicited_node(other))
+    assert eth0.groups == frozenset({group}) and eth1.groups == frozenset({group})
+    core.set_owned({VIP6: ("eth0",)}, now=1.0)
+    assert eth0.groups == frozenset({group}) and eth1.groups == frozenset()
+    core.set_owned({}, now=2.0)
+    assert eth0.groups == frozenset()
+
+
+def test_ports_without_arp_or_ndp_get_no_frames_of_that_kind() -> None:
+    core = announcing.Announcer()
+    v6only = FakePort("eth0", MAC0, arp=False)
+    v4only = FakePort("eth1", MAC1, ndp=False)
+    core.set_ports({"eth0": v6only, "eth1": v4only})
+    core.set_owned({VIP4: (), VIP6: ()}, now=0.0)
+    assert all(isinstance(p, packets.NeighborAdvertisement) for p in v6only.take())
+    assert all(isinstance(p, packets.Arp) for p in v4only.take())
+    assert v4only.groups == frozenset()
+
+
+def test_new_ports_get_the_current_groups() -> None:
+    core = announcing.Announcer()
+    core.set_owned({VIP6: ()}, now=0.0)
+    late = FakePort("eth0", MAC0)
+    core.set_ports({"eth0": late})
+    assert late.groups == frozenset({packets.multicast_mac(packets.solicited_node(VIP6))})
+
+
+def test_metrics_use_metallb_names_and_ip_labels() -> None:
+    stats = metrics.Stats()
+    stats.requests_received["10.250.0.200"] += 3
+    stats.responses_sent["10.250.0.200"] += 2
+    stats.gratuitous_sent["fd00:250::200"] += 5
+    registry = CollectorRegistry()
+    registry.register(metrics.Collector(stats))
+    text = generate_latest(registry).decode()
+    assert 'metallb_layer2_requests_received{ip="10.250.0.200"} 3.0' in text
+    assert 'metallb_layer2_responses_sent{ip="10.250.0.200"} 2.0' in text
+    assert 'metallb_layer2_gratuitous_sent{ip="fd00:250::200"} 5.0' in text
+    assert "_total" not in text
