@@ -93,6 +93,7 @@ class _Runner:
         self.refused = 0
         self._closing = False
         self._teardown = False
+        self._went_up = False  # in the current ExaBGP's life
         self._retry_at: float | None = None
         self._wake = asyncio.Event()
         self._wire_changed = asyncio.Event()
@@ -133,7 +134,7 @@ class _Runner:
     async def _run(self) -> None:
         delay = FIRST_RESTART_DELAY
         while not self._closing:
-            reached_up = False
+            self._went_up = False
             process = self.owner.process_factory(self.peer, self.owner.options, self._on_event)
             self.process = process
             self.applied = {}
@@ -143,7 +144,7 @@ class _Runner:
                 await process.start()
                 if self.bgp == "starting":  # unless ExaBGP already reported a state
                     self._set_bgp("connecting", "")
-                reached_up = await self._serve(process)
+                await self._serve(process)
             except (exabgp.ExaBGPError, OSError, ValueError) as e:
                 log.warning("bgp %s: %s", self.peer.name, e)
                 self.reason = str(e)
@@ -155,7 +156,7 @@ class _Runner:
             if process.returncode is not None:
                 self.reason = f"ExaBGP exited with {process.returncode}"
             self._set_bgp("idle", self.reason)
-            if reached_up:
+            if self._went_up:
                 delay = FIRST_RESTART_DELAY
             log.warning("bgp %s: restarting ExaBGP in %.1fs", self.peer.name, delay)
             with contextlib.suppress(TimeoutError):
@@ -172,18 +173,16 @@ class _Runner:
             self._wake.clear()
             await self._wake.wait()
 
-    async def _serve(self, process: exabgp.Process) -> bool:
+    async def _serve(self, process: exabgp.Process) -> None:
         """Converge until ExaBGP dies (returns) or we are closing (withdraws, then returns)."""
-        reached_up = False
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
-            reached_up = reached_up or self.bgp == "up"
             if process.exited.is_set():
-                return reached_up
+                return
             if self._closing:
                 await self._shut(process)
-                return reached_up
+                return
             if self._teardown:
                 self._teardown = False
                 if self.bgp in ("up", "connected"):
@@ -252,7 +251,9 @@ class _Runner:
 
     def _on_event(self, event: events.Event) -> None:
         if isinstance(event, events.StateChange):
-            if event.state != "up":
+            if event.state == "up":
+                self._went_up = True
+            else:
                 self.on_wire.clear()
                 self._wire_changed.set()
             log.info("bgp %s: session %s %s", self.peer.name, event.state, event.reason)
