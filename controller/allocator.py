@@ -760,11 +760,11 @@ class Allocator:
         self, pool: Pool, version: addresses.Family, service: ServiceRequest
     ) -> int | None:
         """MetalLB's getIPFromCIDR over the pool's ranges in order: the first range that has a
-        free or shareable address gives its lowest one."""
+        free or shareable address gives its lowest one. Callers search only families in which
+        the Service holds nothing (holders re-assert instead), so its own addresses never count."""
         family = self._families[version]
         key = service.key_pair
         ports = frozenset(service.ports)
-        held = self._held.get(service.key)
         avoid = pool.avoid_buggy_ips
         for r in pool.ranges:
             if r.version != version:
@@ -774,16 +774,6 @@ class Allocator:
                 shared = family.first_shareable(r, avoid, key, ports, best)
                 if shared is not None:
                     best = shared
-            if held is not None:  # an address the Service itself holds is usable by it
-                for held_version, value in held.addrs:
-                    if (
-                        held_version == version
-                        and r.first <= value <= r.last
-                        and not (avoid and version == 4 and is_buggy(value))
-                        and (best is None or value < best)
-                        and self._sharing_problem((version, value), service.key, key, ports) is None
-                    ):
-                        best = value
             if best is not None:
                 return best
         return None

@@ -926,6 +926,47 @@ def test_overlapping_pools_prefer_the_current_then_the_requested_pool() -> None:
     assert a.pool_for(ips("10.0.1.0")) is None
 
 
+def test_shareable_buggy_address_is_skipped_in_an_avoiding_pool() -> None:
+    """Only overlapping pools (MetalLB's tests) can put a buggy address in use inside an
+    avoidBuggyIPs pool; sharing must skip it there too."""
+    a = allocator.Allocator()
+    a.set_pools([pool("a", "10.0.0.0/31"), pool("b", "10.0.0.0/30", avoid_buggy_ips=True)])
+    check_result(a.assign(svc("default/x", share="k"), ips("10.0.0.0")), "10.0.0.0", "x")
+    assert a.allocation("default/x") == allocator.Allocation("a", ips("10.0.0.0"))
+    sharer = svc("default/y", share="k", port=ports("tcp/443"))
+    check_result(a.allocate_from_pool(sharer, "b"), "10.0.0.1", "y")
+    check_result(
+        a.allocate_from_pool(svc("default/z", share="k", port=ports("tcp/8")), "a"), "10.0.0.0", "z"
+    )
+    avoiding = a.pool("b")
+    assert avoiding is not None
+    assert not avoiding.contains(ipaddress.ip_address("10.0.0.0"))
+    assert avoiding.contains(ipaddress.ip_address("10.0.0.2"))
+
+
+def test_named_pool_refusals() -> None:
+    a = allocator.Allocator()
+    a.set_pools(
+        [
+            pool("dual", "10.0.0.0/32", "fd00::/128"),
+            pool("mine", "10.1.0.0/24", namespaces=frozenset({"test-ns1"})),
+        ]
+    )
+    check_result(a.allocate_from_pool(svc("default/a"), "mine"), R.POOL_NOT_COMPATIBLE, "ns")
+    check_result(a.allocate_from_pool(svc("default/a", DUAL), "dual"), R.FAMILY_UNSUPPORTED, "ss")
+    unknown = allocator.ServiceRequest(
+        "default/u", "default", family=requests.ServiceFamily.UNKNOWN
+    )
+    check_result(a.allocate_from_pool(unknown, "dual"), R.UNKNOWN_CLUSTER_FAMILY, "unknown")
+    check_result(a.allocate(unknown), R.UNKNOWN_CLUSTER_FAMILY, "unknown")
+    check_result(
+        a.allocate_from_pool(svc("default/p", DUAL, policy=PREFER), "dual"), "10.0.0.0,fd00::", "p"
+    )
+    result = a.allocate_from_pool(svc("default/q", DUAL, policy=PREFER), "dual")
+    check_result(result, R.POOL_EXHAUSTED, "q")
+    assert "IPv4 or IPv6" in str(result)
+
+
 def test_allocations_are_listed_in_key_order() -> None:
     a = allocator.Allocator()
     a.set_pools([pool("p", "10.0.0.0/24")])
@@ -986,3 +1027,4 @@ def test_huge_pool_available_counts_down_from_max() -> None:
     counters = a.counters("p")
     assert counters is not None
     assert counters.assigned_ipv6 == 1 and counters.available_ipv6 == MAX - 1
+    assert counters.assigned == 1 and counters.capacity == MAX
