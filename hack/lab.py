@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import ipaddress
 import json
@@ -35,7 +36,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -239,6 +240,58 @@ def _finish(pending: Sequence[_Pending]) -> list[str]:
 # --- the lab --------------------------------------------------------------------------------------
 
 
+LOCK_PATH = Path("/run/ironlb-lab.lock")
+
+
+def lock_holder() -> int | None:
+    """Pid of the live process holding the machine-wide lab lock, if any."""
+    try:
+        with open(LOCK_PATH) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                text = f.read().strip()
+                return int(text) if text.isdigit() else -1
+            fcntl.flock(f, fcntl.LOCK_UN)
+    except OSError:
+        pass
+    return None
+
+
+@contextlib.contextmanager
+def exclusive(
+    timeout: float = 1800.0, waiting: Callable[[str], None] | None = None
+) -> Iterator[None]:
+    """Hold the machine-wide lab lock for a whole session (the namespace names are fixed, so
+    two labs cannot coexist): a second test session waits here instead of tearing down the
+    first one's lab. Released when the block ends or the process dies."""
+    with open(LOCK_PATH, "a+") as f:
+        deadline = time.monotonic() + timeout
+        told = False
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    waited = f" for over {timeout:.0f} s" if timeout else ""
+                    raise LabError(
+                        f"the lab is in use by another session (pid {lock_holder()}){waited}"
+                    ) from None
+                if waiting is not None and not told:
+                    waiting(f"waiting for another lab session (pid {lock_holder()}) to end")
+                    told = True
+                time.sleep(0.5)
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def frr_directory(directory: Path) -> Path:
     """FRR's sockets and logs: outside the lab directory because FRR runs as user `frr`, which
     cannot enter root's home; named after the lab directory so `down` finds it without state."""
@@ -327,10 +380,19 @@ class Lab:
         check: bool = False,
         timeout: float = 30.0,
         input: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run a command in a lab namespace (`tor`, `node1`, `ilb-client`, ...) to completion."""
+        """Run a command in a lab namespace (`tor`, `node1`, `ilb-client`, ...) to completion.
+
+        `env` is added to this process's environment (`ip netns exec` passes it on).
+        """
         result = subprocess.run(
-            self.argv(ns, *argv), input=input, capture_output=True, text=True, timeout=timeout
+            self.argv(ns, *argv),
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=None if env is None else {**os.environ, **env},
         )
         if check and result.returncode != 0:
             raise LabError(
@@ -772,7 +834,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", parents=[common], help="create namespaces, FRR, control plane")
     up.add_argument("--nodes", type=int, default=3, help="number of node namespaces")
-    sub.add_parser("down", parents=[common], help="remove every ilb-* namespace, veth, process")
+    down = sub.add_parser("down", parents=[common], help="remove every ilb-* namespace, veth...")
+    down.add_argument("--force", action="store_true", help="even while a test session uses it")
     sub.add_parser("env", parents=[common], help="print `export KUBECONFIG=...` for the host")
     sub.add_parser("status", parents=[common], help="list lab namespaces and their processes")
     sub.add_parser("vtysh", parents=[common], help="vtysh on the ToR: vtysh -c COMMAND ...")
@@ -789,13 +852,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             lab = Lab(nodes=args.nodes, directory=directory)
             started = time.monotonic()
-            lab.up()
+            with exclusive(timeout=0):
+                lab.up()
             log(f"up in {time.monotonic() - started:.1f} s: {', '.join(lab.namespaces)}")
             log(f"apiserver {APISERVER_FROM_HOST} (nodes: {APISERVER_FROM_NODES})")
             log(f'eval "$(hack/lab env --dir {lab.directory})" to use it')
             return 0
         lab = Lab(directory=directory)
         if args.command == "down":
+            holder = lock_holder()
+            if holder is not None and not args.force:
+                raise LabError(
+                    f"a test session (pid {holder}) is using the lab; wait, or use --force"
+                )
             log("removed the lab" if lab.down() else "nothing to do: no lab running")
         elif args.command == "env":
             if not lab.kubeconfig.exists():

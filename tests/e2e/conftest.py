@@ -35,23 +35,31 @@ def lab(request: pytest.FixtureRequest) -> Iterator[network_lab.Lab]:
         pytest.fail("the e2e tier needs root (network namespaces, raw sockets)", pytrace=False)
     base = Path(tempfile.mkdtemp(prefix="ironlb-e2e-"))
     the_lab = network_lab.Lab(nodes=NODES, directory=base / "lab")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(line)
+
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        started = time.monotonic()
-        try:
-            the_lab.up()
-        except network_lab.LabError as e:
-            pytest.fail(f"cannot start the lab: {e}", pytrace=False)
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(f"lab up in {time.monotonic() - started:.1f} s")
-        yield the_lab
+        # One lab per machine: a concurrent session waits for this one instead of clobbering it.
+        with network_lab.exclusive(waiting=say):
+            try:
+                started = time.monotonic()
+                try:
+                    the_lab.up()
+                except network_lab.LabError as e:
+                    pytest.fail(f"cannot start the lab: {e}", pytrace=False)
+                say(f"lab up in {time.monotonic() - started:.1f} s")
+                yield the_lab
+            finally:
+                the_lab.down()
+    except network_lab.LabError as e:
+        pytest.fail(f"lab: {e}", pytrace=False)
     finally:
-        try:
-            the_lab.down()
-        finally:
-            shutil.rmtree(base, ignore_errors=True)
-            signal.signal(signal.SIGTERM, previous)
+        shutil.rmtree(base, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.fixture(scope="session")
