@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -75,35 +74,29 @@ def test_custom_resource_is_created_and_watched(
     kube_api: kubernetes.client.ApiClient, widget_crd: None, test_namespace: str
 ) -> None:
     custom = kubernetes.client.CustomObjectsApi(kube_api)
-    seen: list[tuple[str, str]] = []
-    watching = threading.Event()
-
-    def watch() -> None:
-        w = kubernetes.watch.Watch()
-        watching.set()
-        for event in w.stream(
-            custom.list_namespaced_custom_object,
-            GROUP,
-            "v1",
-            test_namespace,
-            "widgets",
-            timeout_seconds=20,
-        ):
-            seen.append((event["type"], event["object"]["metadata"]["name"]))
-            if event["type"] == "DELETED":
-                w.stop()
-
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    watching.wait(5)
-    time.sleep(0.5)
+    # Watching from the list's resourceVersion replays every change made after it, so the
+    # test does not depend on when the watch connection is established.
+    listed = custom.list_namespaced_custom_object(GROUP, "v1", test_namespace, "widgets")
+    since = listed["metadata"]["resourceVersion"]
     custom.create_namespaced_custom_object(GROUP, "v1", test_namespace, "widgets", widget("w1", 3))
     got = custom.get_namespaced_custom_object(GROUP, "v1", test_namespace, "widgets", "w1")
     assert got["spec"] == {"size": 3}
     custom.delete_namespaced_custom_object(GROUP, "v1", test_namespace, "widgets", "w1")
-    thread.join(25)
-    assert ("ADDED", "w1") in seen
-    assert ("DELETED", "w1") in seen
+    seen: list[tuple[str, str]] = []
+    w = kubernetes.watch.Watch()
+    for event in w.stream(
+        custom.list_namespaced_custom_object,
+        GROUP,
+        "v1",
+        test_namespace,
+        "widgets",
+        resource_version=since,
+        timeout_seconds=20,
+    ):
+        seen.append((event["type"], event["object"]["metadata"]["name"]))
+        if event["type"] == "DELETED":
+            w.stop()
+    assert seen == [("ADDED", "w1"), ("DELETED", "w1")]
 
 
 @pytest.mark.parametrize(
