@@ -243,8 +243,10 @@ class Client:
         concurrency: int = CONCURRENCY,
         on_write: WriteHook | None = None,
         timeout_s: float = REQUEST_TIMEOUT_S,
+        field_manager: str = "ironlb-controller",
     ) -> None:
         self.credentials = credentials
+        self.field_manager = field_manager
         self.concurrency = concurrency
         self.writes: collections.Counter[tuple[str, str]] = collections.Counter()
         self._on_write = on_write
@@ -300,6 +302,8 @@ class Client:
     ) -> Any:
         session = self._open()
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        if method in ("POST", "PUT", "PATCH"):
+            params = {**(params or {}), "fieldManager": self.field_manager}
         if method != "GET":
             verb = {"POST": "create", "PUT": "update"}.get(method, method.lower())
             self.writes[(verb, resource_of(path))] += 1

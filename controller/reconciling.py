@@ -48,6 +48,8 @@ POOL_PLURAL = model.RESOURCES[model.IP_ADDRESS_POOL][0]
 RESYNC_S = 300.0
 BATCH = 500  # decisions between two yields to the event loop
 RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+# Pool status is bookkeeping: during a burst of allocations write it at most this often.
+POOL_STATUS_INTERVAL_S = 1.0
 
 
 class Write(enum.IntEnum):
@@ -113,6 +115,8 @@ class Reconciler:
         self._idle = asyncio.Event()
         self._idle.set()
         self._attempts: dict[tuple[Write, str], int] = {}
+        self._pool_written_at: dict[str, float] = {}
+        self._pool_timer: asyncio.TimerHandle | None = None
         self._workers = workers
         self._event_seq = itertools.count()
 
@@ -422,11 +426,27 @@ class Reconciler:
             p.name: c for p in self.allocator.pools if (c := self.allocator.counters(p.name))
         }
         self.metrics.set_pools(counters)
+        now, later = self.clock(), None
         for name, c in counters.items():
             raw = self.pools.get(name)
-            if raw is not None and snapshot.pool_status_patch(raw, c) is not None:
+            if raw is None or snapshot.pool_status_patch(raw, c) is None:
+                continue
+            due = self._pool_written_at.get(name, -POOL_STATUS_INTERVAL_S) + POOL_STATUS_INTERVAL_S
+            if due <= now:
+                self._pool_written_at[name] = now
                 self._enqueue(Write.POOL_STATUS, name)
+            else:
+                later = min(later or due, due)
+        if later is not None and self._pool_timer is None:
+            self._pool_timer = asyncio.get_running_loop().call_later(
+                later - now, self._pool_timer_fired
+            )
         self._pool_status_dirty = False
+
+    def _pool_timer_fired(self) -> None:
+        self._pool_timer = None
+        self._pool_status_dirty = True
+        self._wake.set()
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -453,8 +473,10 @@ class Reconciler:
             _, _, kind, key, payload = heapq.heappop(self._queue)
             self._queued.discard((kind, key))
             if not self.may_write():
-                log.error("not writing: the leader lease is not held", extra={"key": key})
-                self.unconfirmed.pop(key, None)
+                # The Lease is gone (or being released on shutdown): never write without it.
+                self._queue.clear()
+                self._queued.clear()
+                self.unconfirmed.clear()
                 continue
             self._in_flight += 1
             try:
