@@ -25,6 +25,10 @@ from speaker.layer2 import gratuitous, interfaces, metrics, packets, responding,
 logger = logging.getLogger("speaker.layer2")
 
 SCAN_INTERVAL_S = 10.0
+# Gratuitous frames go out this many addresses at a time, with the event loop (and so the
+# answers to requests) running in between: a takeover of 1,000 addresses would otherwise block
+# replies for tens of milliseconds per round.
+GRATUITOUS_BATCH = 64
 
 
 class Port(Protocol):
@@ -81,7 +85,7 @@ class Announcer:
             self.schedule.gain(address, now)
         if gained or lost:
             self._sync_groups()
-            self.tick(now)
+        # The first gratuitous round is due now: the caller's next `tick` sends it.
         return gained, lost
 
     def set_ports(self, ports: Mapping[str, Port]) -> None:
@@ -102,9 +106,10 @@ class Announcer:
                 self.stats.responses_sent[ip] += 1
         return decision
 
-    def tick(self, now: float) -> float | None:
-        """Send the gratuitous rounds due at `now`; returns when the next one is due."""
-        for address in self.schedule.due(now):
+    def tick(self, now: float, limit: int | None = None) -> float | None:
+        """Send the gratuitous rounds due at `now`, for at most `limit` addresses; returns when
+        the next one is due (at or before `now` if some were left for the next call)."""
+        for address in self.schedule.due(now, limit):
             allowed = self.owned.get(address)
             if allowed is None:
                 continue
@@ -267,7 +272,9 @@ class Layer2Announcer:
 
     def _fire(self) -> None:
         self._gratuitous_timer = None
-        self.core.tick(self._running_loop().time())
+        self.core.tick(self._running_loop().time(), GRATUITOUS_BATCH)
+        # A due time in the past (a batch left over) runs on the next loop iteration, after
+        # the sockets have been polled.
         self._arm()
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:

@@ -39,10 +39,13 @@ class Schedule:
         self._next.pop(address, None)
         self._until.pop(address, None)
 
-    def due(self, now: float) -> list[packets.IPAddress]:
-        """Addresses to announce now; each is then next due `interval` from now."""
-        ready = []
+    def due(self, now: float, limit: int | None = None) -> list[packets.IPAddress]:
+        """Addresses to announce now (at most `limit`; the rest stay due), each then next due
+        `interval` from now."""
+        ready: list[packets.IPAddress] = []
         for address, at in list(self._next.items()):
+            if limit is not None and len(ready) >= limit:
+                break
             if at > now + SLACK_S:
                 continue
             until = self._until[address]

@@ -63,6 +63,8 @@ def test_gaining_sends_both_garp_forms_and_an_na_on_every_allowed_port_at_once()
     core, eth0, eth1 = setup()
     gained, lost = core.set_owned({VIP4: (), VIP6: ("eth1",)}, now=0.0)
     assert (gained, lost) == (frozenset({VIP4, VIP6}), frozenset())
+    assert core.schedule.next_due() == 0.0
+    core.tick(0.0)
     sent0, sent1 = eth0.take(), eth1.take()
     assert [(p.operation, p.sender_ip) for p in sent0 if isinstance(p, packets.Arp)] == [
         (packets.ARP_REQUEST, VIP4),
@@ -80,8 +82,9 @@ def test_gaining_sends_both_garp_forms_and_an_na_on_every_allowed_port_at_once()
 def test_gratuitous_rounds_repeat_on_the_clock_and_stop_on_loss() -> None:
     core, eth0, _ = setup()
     core.set_owned({VIP4: ("eth0",)}, now=10.0)
+    core.tick(10.0)
     rounds = [10.0]
-    eth0.take()
+    assert len(eth0.take()) == 2
     while (due := core.schedule.next_due()) is not None:
         assert core.tick(due) == core.schedule.next_due()
         assert len(eth0.take()) == 2
@@ -99,8 +102,10 @@ def test_gratuitous_rounds_repeat_on_the_clock_and_stop_on_loss() -> None:
 def test_unchanged_ownership_sends_nothing_and_changed_interfaces_announce_again() -> None:
     core, eth0, eth1 = setup()
     core.set_owned({VIP4: ("eth0",)}, now=0.0)
+    core.tick(0.0)
     eth0.take()
     assert core.set_owned({VIP4: ("eth0",)}, now=0.4) == (frozenset(), frozenset())
+    core.tick(0.4)
     assert eth0.take() == [] and eth1.take() == []
     gained, _ = core.set_owned({VIP4: ("eth0", "eth1")}, now=0.5)
     assert gained == frozenset({VIP4})
@@ -166,9 +171,24 @@ def test_ports_without_arp_or_ndp_get_no_frames_of_that_kind() -> None:
     v4only = FakePort("eth1", MAC1, ndp=False)
     core.set_ports({"eth0": v6only, "eth1": v4only})
     core.set_owned({VIP4: (), VIP6: ()}, now=0.0)
+    core.tick(0.0)
+    assert v6only.sent and v4only.sent
     assert all(isinstance(p, packets.NeighborAdvertisement) for p in v6only.take())
     assert all(isinstance(p, packets.Arp) for p in v4only.take())
     assert v4only.groups == frozenset()
+
+
+def test_a_large_takeover_is_announced_in_batches() -> None:
+    core, eth0, _ = setup()
+    many: dict[packets.IPAddress, tuple[str, ...]] = {
+        ipaddress.IPv4Address("10.254.0.0") + i: ("eth0",) for i in range(100)
+    }
+    core.set_owned(many, now=0.0)
+    assert core.tick(0.0, limit=64) == 0.0  # more are due right away
+    assert len(eth0.take()) == 2 * 64
+    assert core.tick(0.0, limit=64) == 1.1
+    assert len(eth0.take()) == 2 * 36
+    assert core.stats.gratuitous_sent.total() == 200
 
 
 def test_new_ports_get_the_current_groups() -> None:
