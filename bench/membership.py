@@ -63,7 +63,8 @@ class Member:
     process: subprocess.Popen[str] | None = None
     # Latest state of every other member as this member reported it.
     view: dict[str, str] = field(default_factory=dict)
-    events: list[tuple[float, str, str]] = field(default_factory=list)  # (t, member, state)
+    # (t, member, state, incarnation)
+    events: list[tuple[float, str, str, int]] = field(default_factory=list)
     started: bool = False
     health: int = 0  # Lifeguard local-health score last reported (0 = healthy)
 
@@ -177,7 +178,9 @@ class Group:
                     member.health = int(event["score"])
                 elif event.get("event") == "member":
                     member.view[event["member"]] = event["state"]
-                    member.events.append((event["t"], event["member"], event["state"]))
+                    member.events.append(
+                        (event["t"], event["member"], event["state"], event["incarnation"])
+                    )
 
     def stop(self, member: Member, sig: int) -> None:
         process = member.process
@@ -214,7 +217,7 @@ class Group:
             for observer in self.running():
                 if observer is subject:
                     continue
-                times = [t for t, x, s in observer.events if x == subject.name and s in states]
+                times = [t for t, x, s, _ in observer.events if x == subject.name and s in states]
                 times = [t for t in times if t >= since]
                 if not times:
                     return None
@@ -239,14 +242,30 @@ class Group:
             times = [
                 t
                 for o in self.members
-                for t, x, s in o.events
+                for t, x, s, _ in o.events
                 if x == subject.name and s in states and t >= since
             ]
         return min(times, default=None)
 
-    def false_deaths(self, since: float) -> int:
+    def false_deaths(self, since: float) -> list[dict[str, Any]]:
+        """Members declared dead or left since a time, one entry per member and incarnation."""
+        incidents: dict[tuple[str, int], dict[str, Any]] = {}
         with self.lock:
-            return sum(1 for m in self.members for t, _, s in m.events if s in GONE and t >= since)
+            for observer in self.members:
+                for t, subject, state, incarnation in observer.events:
+                    if state in GONE and t >= since:
+                        entry = incidents.setdefault(
+                            (subject, incarnation),
+                            {
+                                "member": subject,
+                                "incarnation": incarnation,
+                                "at": t - since,
+                                "observers": 0,
+                            },
+                        )
+                        entry["at"] = min(entry["at"], t - since)
+                        entry["observers"] += 1
+        return sorted(incidents.values(), key=lambda e: e["at"])
 
     def cpu_seconds(self) -> dict[str, float]:
         out = {}
@@ -336,12 +355,14 @@ def soak(g: Group, seconds: float) -> dict[str, Any]:
     time.sleep(seconds)
     elapsed = time.monotonic() - since
     after = g.cpu_seconds()
+    incidents = g.false_deaths(since)
     cpu = [(after[k] - before[k]) / elapsed for k in after if k in before]
     return {
         "members": len(g.members),
         "seconds": round(elapsed, 1),
         "loss": g.drop_rate,
-        "false_positives": g.false_deaths(since),
+        "false_positives": len(incidents),
+        "false_positive_incidents": incidents,
         "cpu_core_fraction_mean": round(statistics.mean(cpu), 5) if cpu else None,
         "cpu_core_fraction_max": round(max(cpu), 5) if cpu else None,
     }

@@ -42,6 +42,7 @@ from speaker.membership import messages as m
 INF = math.inf
 _SEQ_MASK = 0xFFFFFFFF
 _NACK_RATIO = 0.8  # a helper gives up a little before the prober does
+_NUDGES_PER_ROUND = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,11 +434,16 @@ class Machine:
         bounded number of times); asking the suspect directly every gossip_interval makes a
         false death need the loss of every one of those exchanges.
         """
-        for name, suspicion in self._suspicions.items():
-            if suspicion.nudge_at <= now:
-                suspicion.nudge_at = now + self.config.gossip_interval
-                member = self._members[name]
-                self._send(member.address, [m.Suspect(member.incarnation, name, self.name)])
+        due = [(s.nudge_at, n) for n, s in self._suspicions.items() if s.nudge_at <= now]
+        # Bounded per round, so that suspecting half of a large group at once (a partition)
+        # does not turn into a burst of datagrams; the others wait for the next round.
+        for _, name in sorted(due)[:_NUDGES_PER_ROUND]:
+            # A hair later than the skipped ones, so that those go first next round.
+            self._suspicions[name].nudge_at = now + self.config.gossip_interval * 1.01
+            member = self._members[name]
+            self._send(member.address, [m.Suspect(member.incarnation, name, self.name)])
+        for _, name in sorted(due)[_NUDGES_PER_ROUND:]:
+            self._suspicions[name].nudge_at = now + self.config.gossip_interval
 
     def _declare_dead(self, now: float, name: str) -> None:
         member = self._members[name]
