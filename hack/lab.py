@@ -806,7 +806,7 @@ def start_ironlb(lab: Lab, **options: Any) -> None:
 @contextlib.contextmanager
 def running(nodes: int = 3, directory: Path | None = None) -> Iterator[Lab]:
     """A lab in a fresh temporary directory for the duration of a block."""
-    base = directory or Path(tempfile.mkdtemp(prefix="ironlb-lab-"))
+    base = directory or Path(tempfile.mkdtemp(prefix="ironlb-labdir-"))
     lab = Lab(nodes=nodes, directory=base / "lab")
     try:
         lab.up()
