@@ -32,7 +32,7 @@ from typing import Any
 from controller import allocator, requests
 
 # Aliased: `annotations` is also the name of the __future__ feature imported above.
-from ironlb import addresses, model, parsing, selectors, validation
+from ironlb import addresses, model, parsing, validation
 from ironlb import annotations as keys
 from ironlb.problems import Problem
 
@@ -241,10 +241,11 @@ def to_pool(pool: model.IPAddressPool, namespaces: NamespaceLabels) -> allocator
         )
     allowed: frozenset[str] | None = None
     if sa.namespaces or sa.namespace_selectors:
+        # Not selectors.any_matches: there an empty list selects everything, here nothing.
         matching = {
             name
             for name, labels in namespaces.items()
-            if selectors.any_matches(sa.namespace_selectors, labels)
+            if any(s.matches(labels) for s in sa.namespace_selectors)
         }
         allowed = frozenset(sa.namespaces) | frozenset(matching)
     return allocator.Pool(
