@@ -216,3 +216,31 @@ def test_detection_at_defaults_is_far_faster_than_memberlist_lan() -> None:
         return total / 5
 
     assert mean_detection(cfg.DEFAULT) * 4 < mean_detection(cfg.MEMBERLIST_LAN)
+
+
+def test_member_that_left_can_come_back() -> None:
+    network = sim.Network(12)
+    names = network.cluster(5)
+    network.run_for(3)
+    network.leave("n2")
+    network.run_for(1)
+    assert network.all_see("n2", {m.State.LEFT}, ["n1", "n3", "n4", "n5"])
+    sim.restart(network, "n2", seeds=["n1"])
+    network.run_for(3)
+    assert converged(network, names)
+    assert network.ever_dead("n2") == ["n1", "n3", "n4", "n5"]  # the leave, and nothing since
+    assert all(
+        [c.state for _, c in network.nodes[o].log if c.name == "n2"][-1] == m.State.ALIVE
+        for o in ["n1", "n3", "n4", "n5"]
+    )
+
+
+def test_dissemination_of_a_death_needs_no_probe_of_every_member() -> None:
+    # Once one member declares a death, everyone has heard within a few network hops.
+    network = sim.Network(13, delay=(0.001, 0.001))
+    names = network.cluster(32)
+    network.run_for(5)
+    network.kill("n7")
+    network.run_for(worst_case_detection(network.config, 32))
+    times = sorted(network.first_time(o, "n7", {m.State.DEAD}) or 1e9 for o in names if o != "n7")
+    assert times[-1] - times[0] < 20 * 0.001 + network.config.gossip_interval
