@@ -16,6 +16,7 @@ from pathlib import Path
 from controller import operator as shell
 from speaker import agent, appliers
 from speaker.membership import config as membership_config
+from speaker.membership import metrics as membership_metrics
 from speaker.membership import node as membership
 
 
@@ -51,10 +52,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="directory with the membership key file(s) (a mounted Secret)",
     )
     parser.add_argument(
-        "--ml-probe-interval",
-        type=float,
-        default=None,
-        help="membership probe interval in seconds (default: the tuned LAN default)",
+        "--ml-profile",
+        default="default",
+        choices=sorted(membership_config.PROFILES),
+        help="membership timings: ironlb's tuned LAN defaults, or memberlist's (MetalLB's)",
     )
     parser.add_argument("--no-layer2", action="store_true", help="do not answer ARP/NDP")
     parser.add_argument("--no-bgp", action="store_true", help="do not run BGP")
@@ -81,9 +82,7 @@ async def _run(args: argparse.Namespace) -> int:
     )
     member: membership.Node | None = None
     if args.ml_bind_addr:
-        config = membership_config.DEFAULT
-        if args.ml_probe_interval:
-            config = config.replace(probe_interval=args.ml_probe_interval)
+        config = membership_config.PROFILES[args.ml_profile]
         seeds = [
             membership.parse_address(s, args.ml_bind_port)
             for s in args.ml_seeds.split(",")
@@ -97,9 +96,10 @@ async def _run(args: argparse.Namespace) -> int:
             keyring=membership.load_keyring(files) if files else None,
             config=config,
         )
+        membership_metrics.register(member, agent.REGISTRY)
         await member.start()
-    layer2 = None if args.no_layer2 else await appliers.layer2()
-    bgp = None if args.no_bgp else appliers.bgp(args.node_name)
+    layer2 = None if args.no_layer2 else await appliers.layer2(agent.REGISTRY)
+    bgp = None if args.no_bgp else appliers.bgp(args.node_name, agent.REGISTRY)
     return await agent.run(options, layer2=layer2, bgp=bgp, membership=member)
 
 

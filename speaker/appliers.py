@@ -9,16 +9,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from prometheus_client import registry as prom_registry
+
 from ironlb import model
 from speaker import bgp_intent, desired
 from speaker.bgp import exabgp, routes, speaking
+from speaker.bgp import metrics as bgp_metrics
 from speaker.layer2 import announcing
+from speaker.layer2 import metrics as layer2_metrics
 
 log = logging.getLogger("ironlb.speaker")
 
 
-async def layer2() -> announcing.Layer2Announcer:
+async def layer2(registry: prom_registry.CollectorRegistry) -> announcing.Layer2Announcer:
     announcer = announcing.Layer2Announcer()
+    registry.register(layer2_metrics.Collector(announcer.stats))
     await announcer.start()
     return announcer
 
@@ -26,8 +31,9 @@ async def layer2() -> announcing.Layer2Announcer:
 class BGPApplier:
     """Peers and routes for `speaker.bgp.speaking.Speaker`, from this node's BGP plan."""
 
-    def __init__(self, node_name: str) -> None:
+    def __init__(self, node_name: str, registry: prom_registry.CollectorRegistry) -> None:
         self.speaker = speaking.Speaker(exabgp.Options(node_name=node_name))
+        registry.register(bgp_metrics.Collector(self.speaker))
         self._problems: tuple[str, ...] = ()
 
     async def apply(
@@ -53,5 +59,5 @@ class BGPApplier:
         await self.speaker.close()
 
 
-def bgp(node_name: str) -> BGPApplier:
-    return BGPApplier(node_name)
+def bgp(node_name: str, registry: prom_registry.CollectorRegistry) -> BGPApplier:
+    return BGPApplier(node_name, registry)

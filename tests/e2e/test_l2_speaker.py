@@ -1,0 +1,277 @@
+"""L2 mode end to end: controller + three speakers in the lab, with arping, ndisc6 and the ToR's
+neighbour table as independent witnesses."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hack import deploy
+from hack import lab as network_lab
+from speaker import election
+
+pytestmark = pytest.mark.e2e
+
+NS = "metallb-system"
+POOL = "lab-l2"
+TOR_LAN = "br0"
+
+
+def apply(lab: network_lab.Lab, *objects: dict[str, Any]) -> None:
+    lab.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
+    )
+
+
+@pytest.fixture(scope="module")
+def deployment(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
+    apply(
+        lab,
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "IPAddressPool",
+            "metadata": {"name": POOL, "namespace": NS},
+            "spec": {
+                "addresses": [
+                    f"{network_lab.L2_POOL_V4[0]}-{network_lab.L2_POOL_V4[1]}",
+                    f"{network_lab.L2_POOL_V6[0]}-{network_lab.L2_POOL_V6[1]}",
+                ]
+            },
+        },
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "L2Advertisement",
+            "metadata": {"name": "lab-l2", "namespace": NS},
+            "spec": {"ipAddressPools": [POOL]},
+        },
+    )
+    backends = deploy.Backends(lab)
+    backends.start()
+    with deploy.deployed(lab) as d:
+        yield d
+    backends.stop()
+
+
+@pytest.fixture
+def app_namespace(lab: network_lab.Lab, request: pytest.FixtureRequest) -> Iterator[str]:
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:30].strip("-")
+    name = f"l2-{slug}-{hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:6]}"
+    lab.kubectl("create", "namespace", name)
+    yield name
+    lab.kubectl("delete", "service", "--all", "-n", name, "--wait=false")
+    lab.kubectl("delete", "endpointslice", "--all", "-n", name, "--wait=false")
+
+
+def create_service(
+    lab: network_lab.Lab, namespace: str, name: str, *, local: bool = False, dual: bool = True
+) -> None:
+    spec: dict[str, Any] = {
+        "type": "LoadBalancer",
+        "selector": {"app": name},
+        "ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}],
+    }
+    if dual:
+        spec["ipFamilyPolicy"] = "RequireDualStack"
+    if local:
+        spec["externalTrafficPolicy"] = "Local"
+    apply(
+        lab,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        },
+    )
+
+
+def set_endpoints(lab: network_lab.Lab, namespace: str, service: str, nodes: list[int]) -> None:
+    endpoints = [
+        {
+            "addresses": [str(lab.node_v4(i))],
+            "nodeName": lab.node_names[i - 1],
+            "conditions": {"ready": True, "serving": True, "terminating": False},
+        }
+        for i in nodes
+    ]
+    apply(
+        lab,
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{service}-v4",
+                "namespace": namespace,
+                "labels": {"kubernetes.io/service-name": service},
+            },
+            "addressType": "IPv4",
+            "endpoints": endpoints,
+            "ports": [{"port": 8080, "protocol": "TCP"}],
+        },
+    )
+
+
+def ingress(lab: network_lab.Lab, namespace: str, name: str, count: int) -> list[str]:
+    def read() -> list[str] | None:
+        svc = json.loads(lab.kubectl("get", "service", name, "-n", namespace, "-o", "json"))
+        ips = [
+            e["ip"] for e in (svc.get("status", {}).get("loadBalancer", {}).get("ingress") or [])
+        ]
+        return ips if len(ips) == count else None
+
+    result: list[str] = deploy.wait_until(f"{namespace}/{name} to get {count} address(es)", read)
+    return result
+
+
+def arp_macs(lab: network_lab.Lab, vip: str) -> set[str]:
+    """MACs that answer a broadcast who-has from the ToR (arping -b keeps broadcasting)."""
+    out = lab.exec("tor", "arping", "-b", "-c", "3", "-w", "4", "-I", TOR_LAN, vip, timeout=10)
+    return {m.lower() for m in re.findall(r"\[([0-9A-Fa-f:]{17})\]", out.stdout)}
+
+
+def ndp_mac(lab: network_lab.Lab, vip: str) -> str | None:
+    out = lab.exec("tor", "ndisc6", "-r", "3", "-w", "1000", vip, TOR_LAN, timeout=10)
+    found = re.search(r"Target link-layer address: ([0-9A-Fa-f:]{17})", out.stdout)
+    return found.group(1).lower() if found else None
+
+
+def neighbour_mac(lab: network_lab.Lab, vip: str) -> str | None:
+    out = lab.exec("tor", "ip", "neigh", "show", vip, "dev", TOR_LAN)
+    found = re.search(r"lladdr ([0-9a-f:]{17})", out.stdout)
+    return found.group(1) if found else None
+
+
+def expected_owner(lab: network_lab.Lab, vip: str, nodes: list[int] | None = None) -> int:
+    names = [lab.node_names[i - 1] for i in (nodes or range(1, lab.nodes + 1))]
+    owner = election.owner(vip, names)
+    assert owner is not None
+    return lab.node_names.index(owner) + 1
+
+
+def node_index_of_mac(lab: network_lab.Lab, mac: str | None) -> int | None:
+    for i in range(1, lab.nodes + 1):
+        if lab.node_mac(i) == mac:
+            return i
+    return None
+
+
+def touch(lab: network_lab.Lab, vip: str) -> None:
+    """Make the ToR resolve the VIP, as a client talking to it would."""
+    flag = "-6" if ":" in vip else "-4"
+    lab.exec("tor", "ping", flag, "-c", "1", "-W", "1", vip)
+
+
+def test_one_node_answers_arp_and_ndp(
+    lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
+) -> None:
+    create_service(lab, app_namespace, "web")
+    set_endpoints(lab, app_namespace, "web", [1, 2, 3])
+    v4, v6 = sorted(ingress(lab, app_namespace, "web", 2), key=lambda a: ":" in a)
+    owner4, owner6 = expected_owner(lab, v4), expected_owner(lab, v6)
+    deploy.wait_until("one ARP answer", lambda: arp_macs(lab, v4) == {lab.node_mac(owner4)})
+    deploy.wait_until("the NDP answer", lambda: ndp_mac(lab, v6) == lab.node_mac(owner6))
+    touch(lab, v4)
+    assert neighbour_mac(lab, v4) == lab.node_mac(owner4)
+
+    statuses = json.loads(lab.kubectl("get", "servicel2statuses", "-n", NS, "-o", "json"))["items"]
+    mine = [s for s in statuses if s["status"]["serviceNamespace"] == app_namespace]
+    assert {s["status"]["node"] for s in mine} == {
+        lab.node_names[owner4 - 1],
+        lab.node_names[owner6 - 1],
+    }
+    events = json.loads(lab.kubectl("get", "events", "-n", app_namespace, "-o", "json"))["items"]
+    assert any(
+        e["reason"] == "nodeAssigned" and lab.node_names[owner4 - 1] in e["message"] for e in events
+    )
+
+
+@pytest.mark.parametrize("how", ["sigkill", "linkcut"])
+def test_failover_moves_the_tor_neighbour_entry(
+    lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str, how: str
+) -> None:
+    create_service(lab, app_namespace, "web", dual=False)
+    set_endpoints(lab, app_namespace, "web", [1, 2, 3])
+    (vip,) = ingress(lab, app_namespace, "web", 1)
+    owner = expected_owner(lab, vip)
+    deploy.wait_until("the owner to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(owner)})
+    touch(lab, vip)
+    assert neighbour_mac(lab, vip) == lab.node_mac(owner)
+    survivors = [i for i in range(1, lab.nodes + 1) if i != owner]
+    successor = expected_owner(lab, vip, survivors)
+    try:
+        if how == "sigkill":
+            deployment.signal_speaker(owner, signal.SIGKILL)
+        else:
+            deploy.cut_link(lab, owner)
+        # No flush: the new owner's gratuitous ARP must move the existing entry.
+        deploy.wait_until(
+            "the ToR's entry to move to the successor",
+            lambda: neighbour_mac(lab, vip) == lab.node_mac(successor),
+            timeout=30,
+        )
+        assert arp_macs(lab, vip) == {lab.node_mac(successor)}
+    finally:
+        if how == "sigkill":
+            deployment.stop_speaker(owner, signal.SIGKILL)
+            deployment.start_speaker(owner)
+        else:
+            deploy.restore_link(lab, owner)
+    # The original owner wins the hash again once it is back.
+    deploy.wait_until(
+        "the owner to take its address back",
+        lambda: arp_macs(lab, vip) == {lab.node_mac(owner)},
+        timeout=40,
+    )
+
+
+def test_local_policy_follows_the_endpoint(
+    lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
+) -> None:
+    create_service(lab, app_namespace, "local", local=True, dual=False)
+    set_endpoints(lab, app_namespace, "local", [2])
+    (vip,) = ingress(lab, app_namespace, "local", 1)
+    deploy.wait_until("node2 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(2)})
+    set_endpoints(lab, app_namespace, "local", [3])
+    deploy.wait_until("node3 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(3)})
+    set_endpoints(lab, app_namespace, "local", [])
+    deploy.wait_until("nobody to answer", lambda: arp_macs(lab, vip) == set())
+
+
+def test_client_reaches_the_vip_with_its_source_address_kept(
+    lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
+) -> None:
+    create_service(lab, app_namespace, "echo", local=True, dual=False)
+    set_endpoints(lab, app_namespace, "echo", [1])
+    (vip,) = ingress(lab, app_namespace, "echo", 1)
+    backends = deploy.Backends(lab)
+    backends.expose(vip, 80)
+    deploy.wait_until("node1 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(1)})
+    client = network_lab.CLIENT_V4
+
+    def request() -> str | None:
+        out = lab.exec(
+            "client",
+            "python3",
+            "-c",
+            "import socket, sys\n"
+            "s = socket.create_connection((sys.argv[1], 80), 2)\n"
+            "print(s.recv(100).decode().strip())",
+            vip,
+            timeout=10,
+        )
+        return out.stdout.strip() or None
+
+    answer = deploy.wait_until("an answer through the VIP", request)
+    node, source = answer.split()
+    assert node == lab.node_names[0]
+    assert ipaddress.ip_address(source) == client
