@@ -197,8 +197,12 @@ def tor(lab: network_lab.Lab) -> Iterator[Callable[..., None]]:
     try:
         yield configure
     finally:
+        failed = []
         for commands in reversed(undo):
-            lab.vtysh("configure terminal", *commands)
+            result = lab.vtysh("configure terminal", *commands, check=False)
+            if result.returncode != 0:
+                failed.append(f"{commands}: {result.stdout}{result.stderr}")
+        assert not failed, f"could not restore the ToR: {failed}"
 
 
 def fib(lab: network_lab.Lab, prefix: str) -> set[str]:
