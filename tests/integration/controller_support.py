@@ -165,25 +165,15 @@ class Controller:
                 samples[name] = float(value)
         return samples
 
-    def writes(self) -> int:
-        return int(
-            sum(
-                v
-                for k, v in self.metrics().items()
-                if k.startswith("ironlb_controller_api_writes_total")
-            )
-        )
-
-    def object_writes(self) -> int:
-        """Writes other than the leader Lease's renewals."""
-        return int(
-            sum(
-                v
-                for k, v in self.metrics().items()
-                if k.startswith("ironlb_controller_api_writes_total")
-                and 'resource="leases"' not in k
-            )
-        )
+    def writes(self, *, leases: bool = True) -> int:
+        """Write requests sent so far (optionally without the Lease's renewals)."""
+        total = 0.0
+        for name, value in self.metrics().items():
+            if name.startswith("ironlb_controller_api_writes_total") and (
+                leases or 'resource="leases"' not in name
+            ):
+                total += value
+        return int(total)
 
     def stop(self, timeout: float = 20.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
