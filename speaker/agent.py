@@ -425,12 +425,25 @@ async def run(
     agent = Agent(options, client, layer2=layer2, bgp=bgp, membership=membership)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+
+    def own_signals() -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+
+    own_signals()
+    kopf_ready = asyncio.Event()
+
+    async def reclaim_signals() -> None:
+        # kopf installs its own SIGTERM handler when it starts, and its graceful stop takes
+        # seconds; a leaving speaker must hand its addresses over first, so take them back.
+        await kopf_ready.wait()
+        own_signals()
+
     if options.metrics_port:
         prometheus_client.start_http_server(options.metrics_port, registry=REGISTRY)
     log.info("ironlb speaker starting", extra={"node": options.node_name})
     tasks: list[asyncio.Future[Any]] = []
+    reclaiming: asyncio.Future[None] | None = None
     kopf_stop = asyncio.Event()
     try:
         await agent.load()
@@ -445,9 +458,11 @@ async def run(
                     clusterwide=True,
                     standalone=True,
                     stop_flag=kopf_stop,
+                    ready_flag=kopf_ready,
                 )
             )
         )
+        reclaiming = asyncio.ensure_future(reclaim_signals())
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
@@ -459,6 +474,8 @@ async def run(
         log.info("speaker stopping")
         await agent.shutdown()
         kopf_stop.set()
+        if reclaiming is not None:
+            reclaiming.cancel()
         for task in tasks:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

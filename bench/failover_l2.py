@@ -1,0 +1,359 @@
+"""L2 failover, measured in the lab: how long the ToR cannot reach a VIP when its owner dies.
+
+For each trial the ToR probes the VIP with an ARP request every 10 ms (a raw-socket watcher in
+`ilb-tor`, timestamps on CLOCK_MONOTONIC, which every namespace shares) and the bench records
+the time from the fault (SIGKILL of the owner's speaker, its link cut, or a graceful SIGTERM) to
+the first answer from the successor's MAC. The same trials run with ironlb's membership timings
+and with memberlist's LAN timings (MetalLB's), side by side, so the ratio is measured, not
+claimed. A second part measures ARP reply latency from a speaker owning 1,000 addresses against
+the kernel answering for the node's own address.
+
+    python -m bench.failover_l2 [--quick] [--trials N]
+
+The last line printed is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hack import deploy  # noqa: E402
+from hack import lab as network_lab  # noqa: E402
+from speaker import election  # noqa: E402
+
+NS = "metallb-system"
+WATCH_EVERY_S = 0.01
+
+WATCHER = r"""
+import ipaddress, json, select, sys, time
+from speaker.layer2 import filters, packets, probing, sockets
+interface, vip = sys.argv[1], ipaddress.ip_address(sys.argv[2])
+every = float(sys.argv[3])
+source = probing.source_of(interface)
+sock = sockets.open_raw(interface, packets.ETH_P_ARP, filters.ARP_REPLIES)
+last = None
+next_at = time.monotonic()
+while True:
+    sock.send(packets.arp_request(source.mac, source.ipv4, vip))
+    deadline = next_at + every
+    macs = set()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        if select.select([sock], [], [], remaining)[0]:
+            for frame in sockets.read_frames(sock):
+                p = packets.parse(frame)
+                reply = isinstance(p, packets.Arp) and p.operation == packets.ARP_REPLY
+                if reply and p.sender_ip == vip:
+                    macs.add(packets.mac_text(p.sender_mac))
+    state = sorted(macs)
+    if state != last:
+        print(json.dumps({"t": time.monotonic(), "macs": state}), flush=True)
+        last = state
+    next_at = deadline
+"""
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def distribution(values: Sequence[float]) -> dict[str, float | int | None]:
+    if not values:
+        return {"n": 0, "min": None, "median": None, "p99": None, "max": None}
+    return {
+        "n": len(values),
+        "min": round(min(values), 4),
+        "median": round(statistics.median(values), 4),
+        "p99": round(percentile(values, 0.99), 4),
+        "max": round(max(values), 4),
+    }
+
+
+class Watcher:
+    """The ToR's view of who answers for a VIP, as (monotonic time, MACs) changes."""
+
+    def __init__(self, lab: network_lab.Lab, vip: str) -> None:
+        self.process = lab.popen(
+            "tor",
+            "env",
+            f"PYTHONPATH={ROOT}",
+            sys.executable,
+            "-c",
+            WATCHER,
+            "br0",
+            vip,
+            str(WATCH_EVERY_S),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def until(self, macs: list[str], timeout: float) -> float | None:
+        """Monotonic time of the first change to exactly these MACs (None on timeout)."""
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.process.stdout], [], [], 0.2)
+            if not ready:
+                continue
+            line = self.process.stdout.readline()
+            if not line:
+                return None
+            event = json.loads(line)
+            if event["macs"] == macs:
+                return float(event["t"])
+        return None
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait(5)
+
+
+def kubectl_apply(lab: network_lab.Lab, *objects: dict[str, Any]) -> None:
+    lab.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
+    )
+
+
+def setup_service(lab: network_lab.Lab) -> str:
+    low, high = network_lab.L2_POOL_V4
+    kubectl_apply(
+        lab,
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "IPAddressPool",
+            "metadata": {"name": "bench", "namespace": NS},
+            "spec": {"addresses": [f"{low}-{high}"]},
+        },
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "L2Advertisement",
+            "metadata": {"name": "bench", "namespace": NS},
+            "spec": {},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "bench", "namespace": "default"},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]},
+        },
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": "bench",
+                "namespace": "default",
+                "labels": {"kubernetes.io/service-name": "bench"},
+            },
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": [str(lab.node_v4(i))], "nodeName": name}
+                for i, name in enumerate(lab.node_names, 1)
+            ],
+        },
+    )
+
+    def read() -> str | None:
+        svc = json.loads(lab.kubectl("get", "service", "bench", "-n", "default", "-o", "json"))
+        ingress = svc.get("status", {}).get("loadBalancer", {}).get("ingress") or []
+        return str(ingress[0]["ip"]) if ingress else None
+
+    vip: str = deploy.wait_until("the bench Service's address", read, timeout=60)
+    return vip
+
+
+def owner_of(lab: network_lab.Lab, vip: str, alive: Sequence[int]) -> int:
+    name = election.owner(vip, [lab.node_names[i - 1] for i in alive])
+    assert name is not None
+    return lab.node_names.index(name) + 1
+
+
+def trial(
+    lab: network_lab.Lab,
+    deployment: deploy.Deployment,
+    vip: str,
+    fault: str,
+) -> float | None:
+    """One fault of the current owner; returns seconds until the successor answers."""
+    everyone = list(range(1, lab.nodes + 1))
+    owner = owner_of(lab, vip, everyone)
+    successor = owner_of(lab, vip, [i for i in everyone if i != owner])
+    watcher = Watcher(lab, vip)
+    try:
+        if watcher.until([lab.node_mac(owner)], timeout=30) is None:
+            return None
+        start = time.monotonic()
+        if fault == "kill":
+            deployment.signal_speaker(owner, signal.SIGKILL)
+        elif fault == "linkcut":
+            deploy.cut_link(lab, owner)
+        else:
+            deployment.signal_speaker(owner, signal.SIGTERM)
+        seen = watcher.until([lab.node_mac(successor)], timeout=30)
+        return None if seen is None else seen - start
+    finally:
+        watcher.close()
+        if fault == "linkcut":
+            deploy.restore_link(lab, owner)
+        else:
+            deployment.stop_speaker(owner, signal.SIGKILL)
+            deployment.start_speaker(owner)
+        # Wait for the owner to be back (it wins the hash again) before the next trial.
+        back = Watcher(lab, vip)
+        try:
+            back.until([lab.node_mac(owner)], timeout=60)
+        finally:
+            back.close()
+
+
+def failovers(
+    lab: network_lab.Lab, profile: str, faults: dict[str, int], say: Callable[[str], None]
+) -> dict[str, list[float]]:
+    results: dict[str, list[float]] = {f: [] for f in faults}
+    with deploy.deployed(lab, membership_profile=profile) as deployment:
+        vip = setup_service(lab)
+        for fault, count in faults.items():
+            for n in range(count):
+                took = trial(lab, deployment, vip, fault)
+                say(f"{profile} {fault} #{n + 1}: {'timeout' if took is None else f'{took:.3f} s'}")
+                if took is not None:
+                    results[fault].append(took)
+    return results
+
+
+def arp_latency(lab: network_lab.Lab, probes: int) -> dict[str, Any]:
+    """Reply latency from a layer-2 announcer owning 1,000 addresses, and from the kernel."""
+    owned = [f"10.254.{i // 250}.{i % 250 + 1}" for i in range(1000)]
+    node = network_lab.node_namespace(1)
+    runner = lab.popen(
+        node,
+        "env",
+        f"PYTHONPATH={ROOT}",
+        sys.executable,
+        "-m",
+        "speaker.layer2",
+        "serve",
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert runner.stdin is not None and runner.stdout is not None
+        runner.stdout.readline()  # ready line
+        runner.stdin.write(json.dumps({"owned": {a: [] for a in owned}}) + "\n")
+        runner.stdin.flush()
+        runner.stdout.readline()
+
+        def probe(addresses: list[str], count: int) -> dict[str, Any]:
+            out = lab.exec(
+                "tor",
+                "env",
+                f"PYTHONPATH={ROOT}",
+                sys.executable,
+                "-m",
+                "speaker.layer2",
+                "probe",
+                "-i",
+                "br0",
+                "--first",
+                "--window",
+                "0.05",
+                "--count",
+                str(count),
+                *addresses,
+                timeout=600,
+            )
+            result: dict[str, Any] = json.loads(out.stdout)["summary"]
+            return result
+
+        ours = probe(owned, probes)
+        kernel = probe([str(lab.node_v4(1))], probes)
+    finally:
+        runner.kill()
+        runner.wait(5)
+    return {"ironlb": ours, "kernel": kernel}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="few trials, under a minute")
+    parser.add_argument("--trials", type=int, default=None, help="trials per fault (default 20)")
+    args = parser.parse_args(argv)
+    trials = args.trials or (2 if args.quick else 20)
+    baseline_trials = 1 if args.quick else max(5, trials // 4)
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    started = time.monotonic()
+    with network_lab.exclusive(waiting=say), network_lab.running(nodes=3) as lab:
+        say(f"lab up in {time.monotonic() - started:.1f} s")
+        ours = failovers(
+            lab, "default", {"kill": trials, "linkcut": trials, "graceful": trials}, say
+        )
+        lab.kubectl("delete", "service", "bench", "-n", "default")
+        theirs = failovers(
+            lab, "memberlist-lan", {"kill": baseline_trials, "linkcut": baseline_trials}, say
+        )
+        latency = arp_latency(lab, 200 if args.quick else 1000)
+    kill = distribution(ours["kill"])
+    linkcut = distribution(ours["linkcut"])
+    graceful = distribution(ours["graceful"])
+    baseline_kill = distribution(theirs["kill"])
+    baseline_linkcut = distribution(theirs["linkcut"])
+
+    def ratio(ours: dict[str, Any], theirs: dict[str, Any]) -> float | None:
+        if not ours["median"] or not theirs["median"]:
+            return None
+        return round(float(theirs["median"]) / float(ours["median"]), 2)
+
+    figures = {
+        "bench": "failover_l2",
+        "quick": args.quick,
+        "trials": trials,
+        "failover_kill_median_s": kill["median"],
+        "failover_kill_p99_s": kill["p99"],
+        "failover_linkcut_median_s": linkcut["median"],
+        "failover_linkcut_p99_s": linkcut["p99"],
+        "failover_graceful_s": graceful["median"],
+        "arp_reply_median_ms": latency["ironlb"]["median_ms"],
+        "arp_reply_p99_ms": latency["ironlb"]["p99_ms"],
+        "kernel_arp_reply_p99_ms": latency["kernel"]["p99_ms"],
+        "kill": kill,
+        "linkcut": linkcut,
+        "graceful": graceful,
+        "memberlist_lan_kill": baseline_kill,
+        "memberlist_lan_linkcut": baseline_linkcut,
+        "kill_speedup_vs_memberlist_lan": ratio(kill, baseline_kill),
+        "linkcut_speedup_vs_memberlist_lan": ratio(linkcut, baseline_linkcut),
+        "lost_trials": sum(
+            n - len(ours[f])
+            for f, n in (("kill", trials), ("linkcut", trials), ("graceful", trials))
+        ),
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
