@@ -793,16 +793,6 @@ class Lab:
         return {ns: _namespace_pids(ns) for ns in _lab_namespaces()}
 
 
-def start_ironlb(lab: Lab, **options: Any) -> None:
-    """Start ironlb's controller and one speaker per node namespace (the hook for later work).
-
-    Speakers go in `lab.node_namespaces` with `lab.node_kubeconfig` and NODE_NAME from
-    `lab.node_names`; the controller runs where the tests run, with `lab.kubeconfig`. Start them
-    with `lab.popen` so that `lab.down()` stops whatever a test left behind.
-    """
-    raise NotImplementedError("starting the controller and speakers in the lab is not written yet")
-
-
 @contextlib.contextmanager
 def running(nodes: int = 3, directory: Path | None = None) -> Iterator[Lab]:
     """A lab in a fresh temporary directory for the duration of a block."""
