@@ -1,0 +1,165 @@
+"""Entry point: `ironlb status` (console script `ironlb`, or `python -m ironlb_cli`).
+
+The shell only fetches: the API objects through the controller's client (same credentials rules:
+`--kubeconfig`, `$KUBECONFIG`, in-cluster, `~/.kube/config`) and, when asked, the speakers'
+/metrics; everything shown is computed by `ironlb_cli.status_view`. It only ever reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from controller import kube
+from ironlb import model
+from ironlb_cli import status_view
+
+EVENT_SELECTOR = "involvedObject.kind=Service,type=Warning"
+MAX_METRICS_BYTES = 8 * 1024 * 1024
+
+
+class FetchError(Exception):
+    """The API could not be read; the message says what to do."""
+
+
+def parse_targets(text: str) -> list[tuple[str | None, str]]:
+    """`node1=http://10.0.0.1:7473/metrics,http://10.0.0.2:7473` -> [(node or None, url)]."""
+    out: list[tuple[str | None, str]] = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        name, sep, url = item.partition("=")
+        if not sep or "://" in name:
+            name, url = "", item
+        if "://" not in url:
+            url = f"http://{url}"
+        if url.rstrip("/").count("/") == 2:  # no path: the speakers serve /metrics
+            url = url.rstrip("/") + "/metrics"
+        out.append((name or None, url))
+    return out
+
+
+def scrape(node: str | None, url: str, timeout: float) -> status_view.Scrape:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            body: bytes = response.read(MAX_METRICS_BYTES)
+    except (OSError, ValueError) as e:
+        reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        return status_view.Scrape(url, node, error=str(reason))
+    return status_view.Scrape(url, node, text=body.decode("utf-8", errors="replace"))
+
+
+async def fetch(credentials: kube.Credentials, namespace: str, lb_class: str) -> status_view.Inputs:
+    async with kube.Client(credentials, field_manager="ironlb-cli") as client:
+
+        async def items(path: str, params: dict[str, str] | None = None) -> list[Any]:
+            found, _ = await client.list(path, params)
+            return found
+
+        def group(kind: str) -> str:
+            plural, versions = model.RESOURCES[kind]
+            return kube.group_path(model.GROUP, versions[-1], plural, namespace)
+
+        kinds = list(model.CONFIG_KINDS)
+        try:
+            config_lists = await asyncio.gather(*(items(group(k)) for k in kinds))
+            services, nodes, l2, bgp = await asyncio.gather(
+                items(kube.core_path("services")),
+                items(kube.core_path("nodes")),
+                items(group(model.SERVICE_L2_STATUS)),
+                items(group(model.SERVICE_BGP_STATUS)),
+            )
+        except kube.ApiError as e:
+            if e.not_found:
+                raise FetchError(
+                    f"{e}: are the metallb.io CRDs installed (kubectl get crd | grep metallb)?"
+                ) from e
+            raise FetchError(str(e)) from e
+        try:
+            events = await items(kube.core_path("events"), {"fieldSelector": EVENT_SELECTOR})
+        except kube.ApiError:
+            events = []  # no right to read Events: pending Services just say less
+    return status_view.Inputs(
+        config=dict(zip(kinds, config_lists, strict=True)),
+        services=services,
+        nodes=nodes,
+        l2_statuses=l2,
+        bgp_statuses=bgp,
+        events=events,
+        lb_class=lb_class,
+    )
+
+
+async def gather(args: argparse.Namespace) -> status_view.Inputs:
+    try:
+        credentials = kube.load(args.kubeconfig)
+    except kube.ConfigError as e:
+        raise FetchError(str(e)) from e
+    targets = parse_targets(args.speaker_metrics)
+    api, scrapes = await asyncio.gather(
+        fetch(credentials, args.namespace, args.lb_class),
+        asyncio.gather(
+            *(asyncio.to_thread(scrape, node, url, args.timeout) for node, url in targets)
+        ),
+    )
+    return dataclasses.replace(api, scrapes=tuple(scrapes))
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="ironlb", description="Look at ironlb's load balancing in a cluster (read only)."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    status = sub.add_parser(
+        "status",
+        help="pools, Services, announcements, BGP sessions and membership",
+        description="Pools with their usage, Services with their addresses and who announces "
+        "them, BGP sessions and the membership view (these two read the speakers' /metrics).",
+    )
+    status.add_argument("--kubeconfig", default=None, help="else $KUBECONFIG, in-cluster, ~/.kube")
+    status.add_argument(
+        "--namespace",
+        default=os.environ.get("METALLB_NAMESPACE", "metallb-system"),
+        help="namespace of the metallb.io objects (env METALLB_NAMESPACE)",
+    )
+    status.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    status.add_argument(
+        "--speaker-metrics",
+        default="",
+        metavar="[NODE=]URL,...",
+        help="speakers' Prometheus endpoints (e.g. 10.0.0.11:7473); the node is found from the "
+        "URL's address among the Nodes' addresses unless given",
+    )
+    status.add_argument("--lb-class", default="", help="the loadBalancerClass ironlb handles")
+    status.add_argument("--timeout", type=float, default=5.0, help="seconds per metrics scrape")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        inputs = asyncio.run(gather(args))
+    except FetchError as e:
+        print(f"ironlb: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    view = status_view.build(inputs)
+    if args.output == "json":
+        json.dump(status_view.to_json(view), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(status_view.render(view))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
