@@ -3,31 +3,21 @@ three speakers, and the ToR's FRR. Witnesses: the ToR's kernel FIB and vtysh JSO
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import signal
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from hack import deploy
 from hack import lab as network_lab
+from tests.e2e import objects
 
 pytestmark = pytest.mark.e2e
 
 NS = "metallb-system"
 MY_ASN = 64512
-
-
-def apply(lab: network_lab.Lab, *objects: dict[str, Any]) -> None:
-    lab.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
-    )
+FROM_BGP_POOL = {"metallb.io/address-pool": "lab-bgp"}
 
 
 def fib(lab: network_lab.Lab, prefix: str) -> set[str]:
@@ -45,7 +35,7 @@ def fib(lab: network_lab.Lab, prefix: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def deployment(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
-    apply(
+    objects.apply(
         lab,
         {
             "apiVersion": "metallb.io/v1beta1",
@@ -91,65 +81,7 @@ def deployment(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
 
 @pytest.fixture
 def app_namespace(lab: network_lab.Lab, request: pytest.FixtureRequest) -> Iterator[str]:
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:30].strip("-")
-    name = f"bgp-{slug}-{hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:6]}"
-    lab.kubectl("create", "namespace", name)
-    yield name
-    lab.kubectl("delete", "service", "--all", "-n", name, "--wait=false")
-
-
-def create_service(
-    lab: network_lab.Lab, namespace: str, name: str, *, local: bool = False, dual: bool = False
-) -> None:
-    spec: dict[str, Any] = {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]}
-    if dual:
-        spec["ipFamilyPolicy"] = "RequireDualStack"
-    if local:
-        spec["externalTrafficPolicy"] = "Local"
-    apply(
-        lab,
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "annotations": {"metallb.io/address-pool": "lab-bgp"},
-            },
-            "spec": spec,
-        },
-    )
-
-
-def set_endpoints(lab: network_lab.Lab, namespace: str, service: str, nodes: list[int]) -> None:
-    apply(
-        lab,
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": f"{service}-v4",
-                "namespace": namespace,
-                "labels": {"kubernetes.io/service-name": service},
-            },
-            "addressType": "IPv4",
-            "endpoints": [
-                {"addresses": [str(lab.node_v4(i))], "nodeName": lab.node_names[i - 1]}
-                for i in nodes
-            ],
-        },
-    )
-
-
-def ingress(lab: network_lab.Lab, namespace: str, name: str, count: int) -> list[str]:
-    def read() -> list[str] | None:
-        svc = json.loads(lab.kubectl("get", "service", name, "-n", namespace, "-o", "json"))
-        entries = svc.get("status", {}).get("loadBalancer", {}).get("ingress") or []
-        ips = [e["ip"] for e in entries]
-        return ips if len(ips) == count else None
-
-    found: list[str] = deploy.wait_until(f"{namespace}/{name} to get an address", read)
-    return found
+    yield from objects.namespace_for(lab, request, "bgp")
 
 
 def nexthops_of(lab: network_lab.Lab, nodes: list[int], v6: bool = False) -> set[str]:
@@ -159,9 +91,9 @@ def nexthops_of(lab: network_lab.Lab, nodes: list[int], v6: bool = False) -> set
 def test_cluster_policy_gives_ecmp_over_every_node(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
 ) -> None:
-    create_service(lab, app_namespace, "web", dual=True)
-    set_endpoints(lab, app_namespace, "web", [1])
-    v4, v6 = sorted(ingress(lab, app_namespace, "web", 2), key=lambda a: ":" in a)
+    objects.create_service(lab, app_namespace, "web", dual=True, annotations=FROM_BGP_POOL)
+    objects.set_endpoints(lab, app_namespace, "web", [1])
+    v4, v6 = sorted(objects.ingress(lab, app_namespace, "web", 2), key=lambda a: ":" in a)
     everyone = [1, 2, 3]
     deploy.wait_until(
         "ECMP over all three nodes", lambda: fib(lab, f"{v4}/32") == nexthops_of(lab, everyone)
@@ -181,14 +113,14 @@ def test_cluster_policy_gives_ecmp_over_every_node(
 def test_local_policy_follows_the_endpoints(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
 ) -> None:
-    create_service(lab, app_namespace, "local", local=True)
-    set_endpoints(lab, app_namespace, "local", [2])
-    (vip,) = ingress(lab, app_namespace, "local", 1)
+    objects.create_service(lab, app_namespace, "local", local=True, annotations=FROM_BGP_POOL)
+    objects.set_endpoints(lab, app_namespace, "local", [2])
+    (vip,) = objects.ingress(lab, app_namespace, "local", 1)
     prefix = f"{vip}/32"
     deploy.wait_until("node2 alone", lambda: fib(lab, prefix) == nexthops_of(lab, [2]))
-    set_endpoints(lab, app_namespace, "local", [1, 3])
+    objects.set_endpoints(lab, app_namespace, "local", [1, 3])
     deploy.wait_until("nodes 1 and 3", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 3]))
-    set_endpoints(lab, app_namespace, "local", [])
+    objects.set_endpoints(lab, app_namespace, "local", [])
     deploy.wait_until("the route to go", lambda: fib(lab, prefix) == set())
 
 
@@ -196,9 +128,9 @@ def test_local_policy_follows_the_endpoints(
 def test_a_lost_speaker_leaves_the_ecmp_set(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str, how: str
 ) -> None:
-    create_service(lab, app_namespace, "web")
-    set_endpoints(lab, app_namespace, "web", [1, 2, 3])
-    (vip,) = ingress(lab, app_namespace, "web", 1)
+    objects.create_service(lab, app_namespace, "web", annotations=FROM_BGP_POOL)
+    objects.set_endpoints(lab, app_namespace, "web", [1, 2, 3])
+    (vip,) = objects.ingress(lab, app_namespace, "web", 1)
     prefix = f"{vip}/32"
     deploy.wait_until("three nexthops", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 2, 3]))
     try:

@@ -3,19 +3,18 @@ neighbour table as independent witnesses."""
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import json
 import re
 import signal
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from hack import deploy
 from hack import lab as network_lab
 from speaker import election
+from tests.e2e import objects
 
 pytestmark = pytest.mark.e2e
 
@@ -24,18 +23,9 @@ POOL = "lab-l2"
 TOR_LAN = "br0"
 
 
-def apply(lab: network_lab.Lab, *objects: dict[str, Any]) -> None:
-    lab.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
-    )
-
-
 @pytest.fixture(scope="module")
 def deployment(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
-    apply(
+    objects.apply(
         lab,
         {
             "apiVersion": "metallb.io/v1beta1",
@@ -64,73 +54,7 @@ def deployment(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
 
 @pytest.fixture
 def app_namespace(lab: network_lab.Lab, request: pytest.FixtureRequest) -> Iterator[str]:
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:30].strip("-")
-    name = f"l2-{slug}-{hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:6]}"
-    lab.kubectl("create", "namespace", name)
-    yield name
-    lab.kubectl("delete", "service", "--all", "-n", name, "--wait=false")
-    lab.kubectl("delete", "endpointslice", "--all", "-n", name, "--wait=false")
-
-
-def create_service(
-    lab: network_lab.Lab, namespace: str, name: str, *, local: bool = False, dual: bool = True
-) -> None:
-    spec: dict[str, Any] = {
-        "type": "LoadBalancer",
-        "selector": {"app": name},
-        "ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}],
-    }
-    if dual:
-        spec["ipFamilyPolicy"] = "RequireDualStack"
-    if local:
-        spec["externalTrafficPolicy"] = "Local"
-    apply(
-        lab,
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": spec,
-        },
-    )
-
-
-def set_endpoints(lab: network_lab.Lab, namespace: str, service: str, nodes: list[int]) -> None:
-    endpoints = [
-        {
-            "addresses": [str(lab.node_v4(i))],
-            "nodeName": lab.node_names[i - 1],
-            "conditions": {"ready": True, "serving": True, "terminating": False},
-        }
-        for i in nodes
-    ]
-    apply(
-        lab,
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": f"{service}-v4",
-                "namespace": namespace,
-                "labels": {"kubernetes.io/service-name": service},
-            },
-            "addressType": "IPv4",
-            "endpoints": endpoints,
-            "ports": [{"port": 8080, "protocol": "TCP"}],
-        },
-    )
-
-
-def ingress(lab: network_lab.Lab, namespace: str, name: str, count: int) -> list[str]:
-    def read() -> list[str] | None:
-        svc = json.loads(lab.kubectl("get", "service", name, "-n", namespace, "-o", "json"))
-        ips = [
-            e["ip"] for e in (svc.get("status", {}).get("loadBalancer", {}).get("ingress") or [])
-        ]
-        return ips if len(ips) == count else None
-
-    result: list[str] = deploy.wait_until(f"{namespace}/{name} to get {count} address(es)", read)
-    return result
+    yield from objects.namespace_for(lab, request, "l2")
 
 
 def arp_macs(lab: network_lab.Lab, vip: str) -> set[str]:
@@ -174,9 +98,9 @@ def touch(lab: network_lab.Lab, vip: str) -> None:
 def test_one_node_answers_arp_and_ndp(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
 ) -> None:
-    create_service(lab, app_namespace, "web")
-    set_endpoints(lab, app_namespace, "web", [1, 2, 3])
-    v4, v6 = sorted(ingress(lab, app_namespace, "web", 2), key=lambda a: ":" in a)
+    objects.create_service(lab, app_namespace, "web", dual=True)
+    objects.set_endpoints(lab, app_namespace, "web", [1, 2, 3])
+    v4, v6 = sorted(objects.ingress(lab, app_namespace, "web", 2), key=lambda a: ":" in a)
     owner4, owner6 = expected_owner(lab, v4), expected_owner(lab, v6)
     deploy.wait_until("one ARP answer", lambda: arp_macs(lab, v4) == {lab.node_mac(owner4)})
     deploy.wait_until("the NDP answer", lambda: ndp_mac(lab, v6) == lab.node_mac(owner6))
@@ -199,9 +123,9 @@ def test_one_node_answers_arp_and_ndp(
 def test_failover_moves_the_tor_neighbour_entry(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str, how: str
 ) -> None:
-    create_service(lab, app_namespace, "web", dual=False)
-    set_endpoints(lab, app_namespace, "web", [1, 2, 3])
-    (vip,) = ingress(lab, app_namespace, "web", 1)
+    objects.create_service(lab, app_namespace, "web", dual=False)
+    objects.set_endpoints(lab, app_namespace, "web", [1, 2, 3])
+    (vip,) = objects.ingress(lab, app_namespace, "web", 1)
     owner = expected_owner(lab, vip)
     deploy.wait_until("the owner to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(owner)})
     touch(lab, vip)
@@ -237,22 +161,22 @@ def test_failover_moves_the_tor_neighbour_entry(
 def test_local_policy_follows_the_endpoint(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
 ) -> None:
-    create_service(lab, app_namespace, "local", local=True, dual=False)
-    set_endpoints(lab, app_namespace, "local", [2])
-    (vip,) = ingress(lab, app_namespace, "local", 1)
+    objects.create_service(lab, app_namespace, "local", local=True, dual=False)
+    objects.set_endpoints(lab, app_namespace, "local", [2])
+    (vip,) = objects.ingress(lab, app_namespace, "local", 1)
     deploy.wait_until("node2 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(2)})
-    set_endpoints(lab, app_namespace, "local", [3])
+    objects.set_endpoints(lab, app_namespace, "local", [3])
     deploy.wait_until("node3 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(3)})
-    set_endpoints(lab, app_namespace, "local", [])
+    objects.set_endpoints(lab, app_namespace, "local", [])
     deploy.wait_until("nobody to answer", lambda: arp_macs(lab, vip) == set())
 
 
 def test_client_reaches_the_vip_with_its_source_address_kept(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
 ) -> None:
-    create_service(lab, app_namespace, "echo", local=True, dual=False)
-    set_endpoints(lab, app_namespace, "echo", [1])
-    (vip,) = ingress(lab, app_namespace, "echo", 1)
+    objects.create_service(lab, app_namespace, "echo", local=True, dual=False)
+    objects.set_endpoints(lab, app_namespace, "echo", [1])
+    (vip,) = objects.ingress(lab, app_namespace, "echo", 1)
     backends = deploy.Backends(lab)
     backends.expose(vip, 80)
     deploy.wait_until("node1 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(1)})
