@@ -300,7 +300,7 @@ def _config(inputs: Inputs) -> tuple[model.Config, list[str]]:
     config, problems = parsing.parse_config(raw)
     found = validation.order([*problems, *validation.validate(config)])
     if inputs.secret_names is None:
-        found = [p for p in found if p.field != "spec.passwordSecret"]
+        found = [p for p in found if not p.field.startswith("spec.passwordSecret")]
     return config, [str(p) for p in found]
 
 
