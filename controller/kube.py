@@ -21,7 +21,7 @@ import json
 import os
 import ssl
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -343,6 +343,25 @@ class Client:
             if not token:
                 return items, str(meta.get("resourceVersion", ""))
             query["continue"] = token
+
+    async def watch(
+        self, path: str, params: Mapping[str, str] | None = None
+    ) -> AsyncIterator[Object]:
+        """The events of one watch request, as they arrive (until the server ends it)."""
+        session = self._open()
+        query = {**(params or {}), "watch": "true"}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=REQUEST_TIMEOUT_S)
+        try:
+            async with session.get(
+                path, params=query, headers=self._headers(None), timeout=timeout
+            ) as response:
+                if response.status >= 400:
+                    raise _error(response.status, await response.read())
+                async for line in response.content:
+                    if line.strip():
+                        yield json.loads(line)
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            raise ApiError(0, "Unavailable", f"WATCH {path}: {e!r}") from e
 
     async def create(self, path: str, body: Object) -> Object:
         result: Object = await self.request("POST", path, body=body)
