@@ -1,0 +1,312 @@
+"""controller.reconciling against an in-memory fake of the API (no network, no processes).
+
+The fake stores objects, applies merge patches, bumps resourceVersions and records every
+write, so the tests can say exactly which requests a situation costs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from controller import kube, reconciling
+
+NS = "metallb-system"
+
+
+def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.writes: list[tuple[str, str]] = []
+        self.events: list[dict[str, Any]] = []
+        self.versions = itertools.count(100)
+        self.fail_next: list[kube.ApiError] = []
+
+    def put(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = str(next(self.versions))
+        self.objects[path] = obj
+        return copy.deepcopy(obj)
+
+    def service(self, name: str, ns: str = "default", **spec: Any) -> dict[str, Any]:
+        annotations = spec.pop("annotations", {})
+        status = spec.pop("status", {})
+        obj = {
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "uid": f"u-{name}",
+                "annotations": annotations,
+            },
+            "spec": {
+                "type": "LoadBalancer",
+                "clusterIPs": ["10.96.0.1"],
+                "ports": [{"port": 80}],
+                **spec,
+            },
+            "status": status,
+        }
+        return self.put(kube.core_path("services", ns, name), obj)
+
+    def pool(self, name: str, *addresses: str) -> dict[str, Any]:
+        obj = {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "IPAddressPool",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"addresses": list(addresses)},
+        }
+        return self.put(
+            reconciling.kube.group_path("metallb.io", "v1beta1", "ipaddresspools", NS, name), obj
+        )
+
+    def get_obj(self, path: str) -> dict[str, Any]:
+        return self.objects[path]
+
+    # the kube.Client surface the reconciler uses
+
+    async def list(self, path: str, params: Any = None, *, chunk: int = 0) -> tuple[list[Any], str]:
+        if path.endswith("/events"):
+            items = [e for e in self.events if e["type"] == "Warning"]
+        elif path == kube.core_path("namespaces"):
+            items = [{"metadata": {"name": "default", "labels": {}}}]
+        else:
+            prefix = path.split("/")[-1]
+            items = [
+                copy.deepcopy(o)
+                for p, o in self.objects.items()
+                if p.split("/")[-2] == prefix
+                and (path.count("/namespaces/") == 0 or p.startswith(path))
+            ]
+        return items, str(next(self.versions))
+
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.writes.append(("patch", kube.resource_of(path)))
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+        target = path.removesuffix("/status")
+        obj = copy.deepcopy(self.objects[target])
+        merge(obj, body)
+        return self.put(target, obj)
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.writes.append(("create", kube.resource_of(path)))
+        self.events.append(copy.deepcopy(body))
+        return body
+
+    async def watch(self, path: str, params: Any = None) -> AsyncIterator[dict[str, Any]]:
+        raise NotImplementedError
+        yield {}
+
+
+def pool_path(name: str) -> str:
+    return kube.group_path("metallb.io", "v1beta1", "ipaddresspools", NS, name)
+
+
+def svc_path(name: str, ns: str = "default") -> str:
+    return kube.core_path("services", ns, name)
+
+
+def ingress(api: FakeApi, name: str) -> list[str]:
+    entries = (
+        (api.get_obj(svc_path(name)).get("status") or {}).get("loadBalancer", {}).get("ingress")
+    )
+    return [e["ip"] for e in entries or []]
+
+
+async def until(what: str, probe: Callable[[], bool]) -> None:
+    for _ in range(2000):
+        if probe():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"never: {what}")
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[Callable[..., Any]]:
+    """Start a Reconciler over a FakeApi (after the test filled it); stop it afterwards."""
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start(api: FakeApi, **kwargs: Any) -> reconciling.Reconciler:
+        r = reconciling.Reconciler(api, namespace=NS, **kwargs)  # type: ignore[arg-type]
+        await r.load()
+        tasks.append(asyncio.ensure_future(r.run()))
+        await asyncio.wait_for(r.ready.wait(), 10)
+        return r
+
+    yield start
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_pending_service_gets_status_event_and_pool_status(running: Any) -> None:
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/30")
+    api.service("a")
+    await running(api)
+    assert ingress(api, "a") == ["10.0.0.0"]
+    svc = api.get_obj(svc_path("a"))
+    assert svc["metadata"]["annotations"]["metallb.io/ip-allocated-from-pool"] == "p"
+    assert [e["reason"] for e in api.events] == ["IPAllocated"]
+    pool = api.get_obj(pool_path("p"))
+    assert pool["status"] == {
+        "assignedIPv4": 1,
+        "assignedIPv6": 0,
+        "availableIPv4": 3,
+        "availableIPv6": 0,
+    }
+    assert sorted(api.writes) == [
+        ("create", "events"),
+        ("patch", "ipaddresspools/status"),
+        ("patch", "services/status"),
+    ]
+
+
+async def test_settled_state_costs_no_write(running: Any) -> None:
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/30")
+    api.service("a")
+    r = await running(api)
+    first = list(api.writes)
+    r2 = await running(api)  # a second process over what the first one left
+    assert api.writes == first
+    assert r2.allocator.allocation("default/a") == r.allocator.allocation("default/a")
+
+
+async def test_holders_keep_their_addresses_on_rebuild(running: Any) -> None:
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/31")
+    api.service(
+        "zz",
+        annotations={"metallb.io/ip-allocated-from-pool": "p"},
+        status={"loadBalancer": {"ingress": [{"ip": "10.0.0.0"}]}},
+    )
+    api.service("aa")
+    await running(api)
+    assert ingress(api, "zz") == ["10.0.0.0"]
+    assert ingress(api, "aa") == ["10.0.0.1"]
+
+
+async def test_stale_and_echoed_events_decide_nothing(running: Any) -> None:
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/30")
+    old = api.service("a")
+    r = await running(api)
+    writes = len(api.writes)
+    r.observe_service("MODIFIED", old)  # older than our PATCH response: ignored
+    r.observe_service("MODIFIED", api.get_obj(svc_path("a")))  # our own echo: nothing new
+    await asyncio.sleep(0)
+    assert not r._dirty
+    assert len(api.writes) == writes
+    assert ingress(api, "a") == ["10.0.0.0"]
+
+
+async def test_deletion_frees_the_address_for_a_pending_service(running: Any) -> None:
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/32")
+    api.service("a")
+    api.service("b")
+    r = await running(api)
+    assert ingress(api, "a") == ["10.0.0.0"] and ingress(api, "b") == []
+    assert "default/b" in r.pending
+    gone = api.objects.pop(svc_path("a"))
+    r.observe_service("DELETED", gone)
+    await until("b to get the address", lambda: ingress(api, "b") == ["10.0.0.0"])
+    assert not r.pending
+
+
+async def test_repeated_failures_post_one_event_and_a_restart_posts_none(running: Any) -> None:
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/32")
+    api.service("a")
+    api.service("b")
+    r = await running(api)
+    failed = [e for e in api.events if e["reason"] == "AllocationFailed"]
+    assert len(failed) == 1
+    for _ in range(3):  # relabelled: decided again, fails the same way
+        obj = api.get_obj(svc_path("b"))
+        obj["metadata"].setdefault("labels", {})["n"] = str(len(api.writes))
+        r.observe_service("MODIFIED", api.put(svc_path("b"), obj))
+        await until("decided", lambda: not r._dirty)
+    await asyncio.sleep(0)
+    assert [e["reason"] for e in api.events].count("AllocationFailed") == 1
+    writes = len(api.writes)
+    await running(api)
+    assert len(api.writes) == writes
+
+
+async def test_retryable_write_failures_are_retried(
+    running: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reconciling, "RETRY_S", (0.0,))
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/30")
+    api.service("a")
+    api.fail_next = [kube.ApiError(503, "ServiceUnavailable", "busy")]
+    r = await running(api)
+    await until("the retried write", lambda: ingress(api, "a") == ["10.0.0.0"])
+    assert r.metrics.update_errors._value.get() == 1
+
+
+async def test_nothing_is_written_without_the_lease(running: Any) -> None:
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/30")
+    api.service("a")
+    await running(api, may_write=lambda: False)
+    assert api.writes == []
+
+
+async def test_invalid_pools_keep_the_last_good_configuration(running: Any) -> None:
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/30")
+    api.service("a")
+    r = await running(api)
+    bad = api.pool("q", "10.0.0.0/29")  # overlaps p
+    r.observe_pool("ADDED", bad)
+    api.service("b")
+    r.observe_service("ADDED", api.get_obj(svc_path("b")))
+    await until("b allocated from the old config", lambda: ingress(api, "b") == ["10.0.0.1"])
+    assert r.metrics.config_stale._value.get() == 1
+    assert [p.name for p in r.allocator.pools] == ["p"]
+
+
+async def test_services_of_another_class_are_not_touched(running: Any) -> None:
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/30")
+    api.service("mine", loadBalancerClass="x.io/lb")
+    api.service("theirs")
+    await running(api, lb_class="x.io/lb")
+    assert ingress(api, "mine") == ["10.0.0.0"]
+    assert ingress(api, "theirs") == []
+    assert all(e["involvedObject"]["name"] == "mine" for e in api.events)
+
+
+async def test_pool_removal_clears_and_pool_readdition_reallocates(running: Any) -> None:
+    api = FakeApi()
+    pool = api.pool("p", "10.0.0.0/30")
+    api.service("a")
+    r = await running(api)
+    del api.objects[pool_path("p")]
+    r.observe_pool("DELETED", pool)
+    await until("cleared", lambda: ingress(api, "a") == [])
+    assert (
+        "metallb.io/ip-allocated-from-pool"
+        not in api.get_obj(svc_path("a"))["metadata"]["annotations"]
+    )
+    r.observe_pool("ADDED", api.pool("p2", "10.0.1.0/30"))
+    await until("re-allocated", lambda: ingress(api, "a") == ["10.0.1.0"])
