@@ -1,0 +1,1093 @@
+"""BGP mode, measured in the lab: how fast a Service reaches the ToR's FIB, and how fast it leaves.
+
+Four measurements, each against the ToR's kernel FIB as a netlink watcher in `ilb-tor` sees it
+(timestamps on CLOCK_MONOTONIC, which every namespace shares, so they compare with this process's
+clock):
+
+* status to FIB: three speakers run, no controller; the bench PATCHes a Service's
+  `status.loadBalancer.ingress` itself and times until the /32 is in the FIB (first nexthop, and
+  all three nexthops). The clock starts before the PATCH is sent.
+* N routes (10,000; `--quick`: 1,000): N Services with EndpointSlices and an address in a pool
+  10.200.0.0/16 exist while no BGPAdvertisement selects that pool; the bench creates one and
+  times until all N /32s are in the FIB (one nexthop, and three). Side by side, the floor: bare
+  ExaBGP processes, one per node, fed the same N routes directly in the same API lines our
+  speaker writes (`announce attributes ... nlri`, 500 prefixes a line), and one ExaBGP alone
+  (lab-notes' method). CPU seconds and RSS of each speaker and its ExaBGP come from /proc.
+* link cut: one announcing node's LAN link goes down; time until the ToR's FIB drops its nexthop,
+  without BFD (hold time 3 s, FRR `timers 1 3`) and with BFD (300 ms x 3 on both sides).
+
+    python -m bench.bgp [--quick] [--trials N] [--cuts N] [--routes N]
+
+Progress goes to stderr; the last line printed is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import errno
+import http.client
+import ipaddress
+import json
+import math
+import os
+import signal
+import ssl
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from controller import kube  # noqa: E402
+from hack import deploy  # noqa: E402
+from hack import lab as network_lab  # noqa: E402
+from speaker.bgp import exabgp, rendering  # noqa: E402
+
+NS = "metallb-system"
+APP_NS = "bench-bgp"
+BULK_NS = "bench-bgp-bulk"
+MY_ASN = 64512
+SMALL_POOL = network_lab.BGP_POOL_V4
+BULK_NET = ipaddress.IPv4Network("10.200.0.0/16")
+BFD_PROFILE = "bench-fast"
+BFD_MS = 300
+BFD_MULT = 3
+SETUP_CONCURRENCY = 16
+TICK = os.sysconf("SC_CLK_TCK")
+
+TOR_BFD_ON = [
+    "bfd",
+    f"profile {BFD_PROFILE}",
+    f"receive-interval {BFD_MS}",
+    f"transmit-interval {BFD_MS}",
+    f"detect-multiplier {BFD_MULT}",
+    "exit",
+    "exit",
+    f"router bgp {network_lab.TOR_ASN}",
+    "neighbor nodes bfd",
+    f"neighbor nodes bfd profile {BFD_PROFILE}",
+]
+TOR_BFD_OFF = [
+    f"router bgp {network_lab.TOR_ASN}",
+    f"no neighbor nodes bfd profile {BFD_PROFILE}",
+    "no neighbor nodes bfd",
+    "exit",
+    "bfd",
+    f"no profile {BFD_PROFILE}",
+]
+
+# Runs in ilb-tor: route changes from rtnetlink, one JSON line per change of a watched prefix
+# (`v`: gateways, empty when the route is gone). Stdlib only, no parsing library in between.
+WATCHER = r"""
+import ipaddress, json, socket, struct, sys, time
+nets = [ipaddress.ip_network(a) for a in sys.argv[1:]]
+RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE, NLMSG_DONE = 24, 25, 26, 3
+RTA_DST, RTA_GATEWAY, RTA_MULTIPATH, RTA_TABLE = 1, 5, 9, 15
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+s.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE: a 10,000-route burst fits
+s.bind((0, 0x40))  # RTMGRP_IPV4_ROUTE
+seq = 0
+def dump():
+    global seq
+    seq += 1
+    s.send(struct.pack("=IHHII", 28, RTM_GETROUTE, 0x301, seq, 0)
+           + struct.pack("=BBBBBBBBI", socket.AF_INET, 0, 0, 0, 0, 0, 0, 0, 0))
+def attrs(data):
+    out, i = {}, 0
+    while i + 4 <= len(data):
+        length, kind = struct.unpack_from("=HH", data, i)
+        if length < 4:
+            break
+        out.setdefault(kind, []).append(data[i + 4:i + length])
+        i += (length + 3) & ~3
+    return out
+def gateways(a):
+    via = [socket.inet_ntoa(g) for g in a.get(RTA_GATEWAY, [])]
+    for mp in a.get(RTA_MULTIPATH, []):
+        i = 0
+        while i + 8 <= len(mp):
+            length = struct.unpack_from("=H", mp, i)[0]
+            if length < 8:
+                break
+            via += [socket.inet_ntoa(g) for g in attrs(mp[i + 8:i + length]).get(RTA_GATEWAY, [])]
+            i += (length + 3) & ~3
+    return sorted(set(via))
+dump()
+while True:
+    try:
+        data = s.recv(1 << 20)
+    except OSError:  # ENOBUFS: events were lost; say so and read the whole table again
+        print(json.dumps({"t": time.monotonic(), "overflow": True}), flush=True)
+        dump()
+        continue
+    t = round(time.monotonic(), 6)
+    lines, i = [], 0
+    while i + 16 <= len(data):
+        length, kind = struct.unpack_from("=IH", data, i)
+        if length < 16:
+            break
+        body = data[i + 16:i + length]
+        i += (length + 3) & ~3
+        if kind == NLMSG_DONE:
+            lines.append(json.dumps({"t": t, "synced": True}))
+            continue
+        if kind not in (RTM_NEWROUTE, RTM_DELROUTE) or len(body) < 12:
+            continue
+        family, dst_len, _, _, table = struct.unpack_from("=BBBBB", body)
+        a = attrs(body[12:])
+        if RTA_TABLE in a:
+            table = struct.unpack("=I", a[RTA_TABLE][0][:4])[0]
+        if family != socket.AF_INET or table != 254 or RTA_DST not in a:
+            continue
+        net = ipaddress.ip_network((socket.inet_ntoa(a[RTA_DST][0]), dst_len))
+        if not any(net.subnet_of(n) for n in nets):
+            continue
+        via = gateways(a) if kind == RTM_NEWROUTE else []
+        lines.append(json.dumps({"t": t, "d": str(net), "v": via}))
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+"""
+
+# ExaBGP's API process for the floor: the lines are ready before the session is; a byte on the
+# FIFO says go, so several ExaBGPs start at the same moment.
+FEEDER = r"""
+import sys
+lines = open(sys.argv[2]).read()
+with open(sys.argv[1]) as go:
+    go.read()
+sys.stdout.write(lines)
+sys.stdout.flush()
+for _ in sys.stdin:
+    pass
+"""
+
+
+class BenchError(Exception):
+    """Something the bench needs did not happen; the message says what."""
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- statistics --------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def distribution(values: Sequence[float]) -> dict[str, float | int | None]:
+    if not values:
+        return {"n": 0, "min": None, "median": None, "p99": None, "max": None}
+    return {
+        "n": len(values),
+        "min": round(min(values), 4),
+        "median": round(statistics.median(values), 4),
+        "p99": round(percentile(values, 0.99), 4),
+        "max": round(max(values), 4),
+    }
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if not numerator or not denominator:
+        return None
+    return round(numerator / denominator, 2)
+
+
+def rounded(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# --- the ToR's FIB -------------------------------------------------------------------------------
+
+
+class Fib:
+    """The ToR's kernel FIB for the watched networks, kept current from the watcher's lines.
+
+    Every change of a prefix is kept with its watcher timestamp (`history`), so a measurement
+    reads when something happened, not when this process got round to noticing. For the bulk
+    network the counts of prefixes with at least one and with all `full` nexthops are kept
+    incrementally (`timeline`), since 10,000 prefixes cannot be recounted on every change.
+    """
+
+    def __init__(self, lab: network_lab.Lab, networks: Sequence[str], bulk: str, full: int):
+        self.full = full
+        self.bulk = ipaddress.IPv4Network(bulk)
+        self.routes: dict[str, tuple[str, ...]] = {}
+        self.history: dict[str, list[tuple[float, tuple[str, ...]]]] = {}
+        self.any_count = 0
+        self.full_count = 0
+        self.timeline: list[tuple[float, int, int]] = [(0.0, 0, 0)]
+        self.overflows = 0
+        self.synced = False
+        self.condition = threading.Condition()
+        self.process = lab.popen(
+            "tor",
+            sys.executable,
+            "-c",
+            WATCHER,
+            *networks,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        if not self.wait(lambda: self.synced, timeout=10):
+            raise BenchError("the FIB watcher in ilb-tor did not start")
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            event = json.loads(line)
+            with self.condition:
+                if event.get("synced"):
+                    self.synced = True
+                elif event.get("overflow"):
+                    self.overflows += 1
+                else:
+                    self._apply(float(event["t"]), event["d"], tuple(event["v"]))
+                self.condition.notify_all()
+        with self.condition:
+            self.condition.notify_all()
+
+    def _apply(self, t: float, prefix: str, via: tuple[str, ...]) -> None:
+        before = self.routes.get(prefix, ())
+        if via:
+            self.routes[prefix] = via
+        else:
+            self.routes.pop(prefix, None)
+        self.history.setdefault(prefix, []).append((t, via))
+        if ipaddress.IPv4Network(prefix).subnet_of(self.bulk):
+            self.any_count += bool(via) - bool(before)
+            self.full_count += (len(via) >= self.full) - (len(before) >= self.full)
+            if (self.any_count, self.full_count) != self.timeline[-1][1:]:
+                self.timeline.append((t, self.any_count, self.full_count))
+
+    def wait(self, check: Callable[[], bool], timeout: float) -> bool:
+        with self.condition:
+            return self.condition.wait_for(check, timeout)
+
+    def first(self, prefix: str, since: float, test: Callable[[tuple[str, ...]], bool]) -> float:
+        """Watcher time of the first change of `prefix` at or after `since` passing `test`."""
+        with self.condition:
+            for t, via in self.history.get(prefix, []):
+                if t >= since and test(via):
+                    return t
+        raise BenchError(f"{prefix}: no matching change since {since}")
+
+    def reached(self, since: float, count: int, full: bool) -> float | None:
+        with self.condition:
+            for t, any_count, full_count in self.timeline:
+                if t >= since and (full_count if full else any_count) >= count:
+                    return t
+        return None
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait(5)
+
+
+# --- the apiserver -------------------------------------------------------------------------------
+
+
+class Api:
+    """One kept-alive HTTPS connection as the lab's admin, for the requests that are timed:
+    no process start (kubectl) and no TLS handshake inside a measurement."""
+
+    def __init__(self, lab: network_lab.Lab) -> None:
+        d = lab.cluster.directory
+        self.context = ssl.create_default_context(cafile=str(d / "ca.crt"))
+        self.context.load_cert_chain(d / "admin.crt", d / "admin.key")
+        self.connection = self._connect()
+
+    def _connect(self) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection(
+            str(network_lab.CP_HOST_V4),
+            network_lab.APISERVER_PORT,
+            context=self.context,
+            timeout=30,
+        )
+
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = content_type
+        for attempt in (1, 2):
+            try:
+                self.connection.request(method, path, body=data, headers=headers)
+                response = self.connection.getresponse()
+                raw = response.read()
+                break
+            except (http.client.HTTPException, OSError):
+                # The server closed an idle connection; every timed request is idempotent.
+                self.connection.close()
+                self.connection = self._connect()
+                if attempt == 2:
+                    raise
+        if response.status >= 400:
+            raise BenchError(f"{method} {path}: {response.status} {raw[:300]!r}")
+        return json.loads(raw) if raw else None
+
+    def warm(self) -> None:
+        self.request("GET", "/api/v1/namespaces/default")
+
+    def set_ingress(self, namespace: str, name: str, ip: str) -> None:
+        self.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/services/{name}/status",
+            {"status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"}]}}},
+            "application/merge-patch+json",
+        )
+
+    def count(self, path: str) -> int:
+        page = self.request("GET", f"{path}?limit=1")
+        return len(page["items"]) + int(page["metadata"].get("remainingItemCount") or 0)
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def kubectl_apply(lab: network_lab.Lab, *objects: dict[str, Any]) -> None:
+    lab.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
+    )
+
+
+def service(namespace: str, name: str, pool: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {"metallb.io/address-pool": pool},
+        },
+        "spec": {
+            "type": "LoadBalancer",
+            "allocateLoadBalancerNodePorts": False,
+            "ports": [{"port": 80, "protocol": "TCP"}],
+        },
+    }
+
+
+def endpoint_slice(lab: network_lab.Lab, namespace: str, name: str) -> dict[str, Any]:
+    """A ready endpoint on every node (there is no controller-manager to make one)."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"kubernetes.io/service-name": name},
+        },
+        "addressType": "IPv4",
+        "endpoints": [
+            {"addresses": [str(lab.node_v4(i))], "nodeName": lab.node_names[i - 1]}
+            for i in range(1, lab.nodes + 1)
+        ],
+    }
+
+
+def pool(name: str, network: ipaddress.IPv4Network) -> dict[str, Any]:
+    return {
+        "apiVersion": "metallb.io/v1beta1",
+        "kind": "IPAddressPool",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"addresses": [str(network)], "autoAssign": False},
+    }
+
+
+def advertisement(name: str, pool_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "metallb.io/v1beta1",
+        "kind": "BGPAdvertisement",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"ipAddressPools": [pool_name]},
+    }
+
+
+def bulk_address(i: int) -> str:
+    # .0 and .255 skipped: nothing depends on it, but no reader has to wonder.
+    return str(BULK_NET[(i // 250) * 256 + i % 250 + 1])
+
+
+async def create_bulk(lab: network_lab.Lab, count: int) -> None:
+    """N Services (status set) and their EndpointSlices, concurrently; not measured."""
+    credentials = kube.from_kubeconfig(lab.kubeconfig)
+    async with kube.Client(credentials, concurrency=SETUP_CONCURRENCY) as client:
+        with contextlib.suppress(kube.ApiError):
+            await client.create(kube.core_path("namespaces"), {"metadata": {"name": BULK_NS}})
+        gate = asyncio.Semaphore(SETUP_CONCURRENCY)
+        services = kube.core_path("services", BULK_NS)
+        slices = f"/apis/discovery.k8s.io/v1/namespaces/{BULK_NS}/endpointslices"
+
+        async def one_service(i: int) -> None:
+            name = f"b{i:05d}"
+            async with gate:
+                await client.create(services, service(BULK_NS, name, "bench-bulk"))
+            async with gate:
+                await client.merge_patch(
+                    kube.core_path("services", BULK_NS, name) + "/status",
+                    {"status": {"loadBalancer": {"ingress": [{"ip": bulk_address(i)}]}}},
+                )
+
+        async def one_slice(i: int) -> None:
+            async with gate:
+                await client.create(slices, endpoint_slice(lab, BULK_NS, f"b{i:05d}"))
+
+        await asyncio.gather(
+            *(one_service(i) for i in range(count)), *(one_slice(i) for i in range(count))
+        )
+
+
+# --- what the ToR says ----------------------------------------------------------------------------
+
+
+def tor_established(lab: network_lab.Lab) -> set[str]:
+    shown = json.loads(lab.vtysh("show bgp ipv4 unicast summary json", check=False).stdout or "{}")
+    peers = shown.get("peers", shown.get("ipv4Unicast", {}).get("peers", {}))
+    return {a.lstrip("*") for a, p in peers.items() if p.get("state") == "Established"}
+
+
+def tor_bfd_up(lab: network_lab.Lab) -> set[str]:
+    shown = json.loads(lab.vtysh("show bfd peers json", check=False).stdout or "[]")
+    return {p["peer"] for p in shown if p.get("status") == "up"}
+
+
+def node_addresses(lab: network_lab.Lab, nodes: Iterable[int]) -> set[str]:
+    return {str(lab.node_v4(i)) for i in nodes}
+
+
+# --- /proc ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    pid: int
+    role: str  # speaker, exabgp, other
+    cpu_s: float
+    rss_mb: float
+    hwm_mb: float
+
+
+def _children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    return children
+
+
+def _sample(pid: int, role: str) -> ProcessSample | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    memory = {
+        line.split(":")[0]: int(line.split()[1]) / 1024
+        for line in status.splitlines()
+        if line.startswith(("VmRSS:", "VmHWM:"))
+    }
+    return ProcessSample(
+        pid,
+        role,
+        (int(fields[11]) + int(fields[12])) / TICK,
+        round(memory.get("VmRSS", 0.0), 1),
+        round(memory.get("VmHWM", 0.0), 1),
+    )
+
+
+def process_tree(root: int) -> list[ProcessSample]:
+    """The speaker and every descendant (ExaBGP, its API helper, ...)."""
+    children = _children()
+    out: list[ProcessSample] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        role = (
+            "speaker"
+            if pid == root
+            else "exabgp"
+            if any(b"exabgp" in a for a in argv[:3])
+            else "other"
+        )
+        sample = _sample(pid, role)
+        if sample is not None:
+            out.append(sample)
+    return out
+
+
+def frr_pids(lab: network_lab.Lab) -> dict[str, int]:
+    out = {}
+    for daemon in ("bgpd", "zebra"):
+        with contextlib.suppress(OSError, ValueError):
+            out[daemon] = int((lab.frr_directory / f"{daemon}.pid").read_text().strip())
+    return out
+
+
+@dataclass
+class Usage:
+    """CPU seconds and memory of the speakers' process trees (and FRR) at one moment."""
+
+    per_node: dict[int, list[ProcessSample]] = field(default_factory=dict)
+    frr: dict[str, ProcessSample] = field(default_factory=dict)
+
+    @classmethod
+    def take(cls, lab: network_lab.Lab, deployment: deploy.Deployment) -> Usage:
+        usage = cls()
+        for index, process in deployment.speakers.items():
+            usage.per_node[index] = process_tree(process.pid)
+        for daemon, pid in frr_pids(lab).items():
+            sample = _sample(pid, daemon)
+            if sample is not None:
+                usage.frr[daemon] = sample
+        return usage
+
+    def cpu_since(self, before: Usage) -> dict[str, Any]:
+        def delta(now: Sequence[ProcessSample], then: Sequence[ProcessSample]) -> dict[str, float]:
+            old = {s.pid: s.cpu_s for s in then}
+            out: dict[str, float] = {}
+            for s in now:
+                out[s.role] = out.get(s.role, 0.0) + s.cpu_s - old.get(s.pid, 0.0)
+            return {role: round(v, 2) for role, v in sorted(out.items())}
+
+        nodes = {
+            f"node{i}": delta(samples, before.per_node.get(i, []))
+            for i, samples in self.per_node.items()
+        }
+        frr = {
+            d: round(s.cpu_s - (before.frr[d].cpu_s if d in before.frr else 0.0), 2)
+            for d, s in self.frr.items()
+        }
+        return {"nodes": nodes, "frr": frr}
+
+    def memory(self) -> dict[str, Any]:
+        def per_role(samples: Sequence[ProcessSample]) -> dict[str, dict[str, float]]:
+            out: dict[str, dict[str, float]] = {}
+            for s in samples:
+                entry = out.setdefault(s.role, {"rss_mb": 0.0, "hwm_mb": 0.0})
+                entry["rss_mb"] = round(entry["rss_mb"] + s.rss_mb, 1)
+                entry["hwm_mb"] = round(entry["hwm_mb"] + s.hwm_mb, 1)
+            return out
+
+        return {
+            "nodes": {f"node{i}": per_role(samples) for i, samples in self.per_node.items()},
+            "frr": {d: {"rss_mb": s.rss_mb, "hwm_mb": s.hwm_mb} for d, s in self.frr.items()},
+        }
+
+    def total_cpu(self, role: str | None = None) -> float:
+        return sum(
+            s.cpu_s for samples in self.per_node.values() for s in samples if role in (None, s.role)
+        )
+
+
+def wait_idle(lab: network_lab.Lab, deployment: deploy.Deployment, timeout: float) -> float:
+    """Until the speakers together use under 10 % of a core over half a second; returns the
+    time it took (so a measurement starts from quiet speakers, not from their start-up)."""
+    started = time.monotonic()
+    last = Usage.take(lab, deployment).total_cpu()
+    while time.monotonic() - started < timeout:
+        time.sleep(0.5)
+        now = Usage.take(lab, deployment).total_cpu()
+        if now - last < 0.05:
+            break
+        last = now
+    return time.monotonic() - started
+
+
+# --- the floor: bare ExaBGP ---------------------------------------------------------------------
+
+
+def floor_lines(count: int) -> str:
+    """The API lines our speaker would write for these routes (same batch size and text)."""
+    prefixes = [f"{bulk_address(i)}/32" for i in range(count)]
+    lines = []
+    for start in range(0, count, rendering.BATCH):
+        chunk = " ".join(prefixes[start : start + rendering.BATCH])
+        lines.append(f"announce attributes next-hop self origin igp nlri {chunk}\n")
+    return "".join(lines)
+
+
+def floor(lab: network_lab.Lab, fib: Fib, nodes: Sequence[int], count: int) -> dict[str, Any]:
+    """Bare ExaBGP on `nodes`, each fed the N routes at one moment; time until all are in the
+    ToR's FIB (with one nexthop, and with every node's)."""
+    work = lab.directory / "bench-bgp-floor"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "feeder.py").write_text(FEEDER)
+    (work / "lines").write_text(floor_lines(count))
+    env = exabgp.environment(exabgp.Options(node_name="floor"))
+    env["exabgp.api.ack"] = "false"  # fed directly: nobody waits for acknowledgements
+    processes: list[subprocess.Popen[Any]] = []
+    logs = []
+    fifos = []
+    try:
+        for i in nodes:
+            me = lab.node_v4(i)
+            fifo = work / f"go-{i}"
+            with contextlib.suppress(FileNotFoundError):
+                fifo.unlink()
+            os.mkfifo(fifo)
+            fifos.append(fifo)
+            conf = work / f"node{i}.conf"
+            conf.write_text(
+                "process feed {\n"
+                f"    run {sys.executable} {work / 'feeder.py'} {fifo} {work / 'lines'};\n"
+                "    encoder text;\n"
+                "}\n"
+                f"neighbor {network_lab.TOR_LAN_V4} {{\n"
+                f"    router-id {me};\n"
+                f"    local-address {me};\n"
+                f"    local-as {MY_ASN};\n"
+                f"    peer-as {network_lab.TOR_ASN};\n"
+                "    hold-time 3;\n"
+                "    family { ipv4 unicast; }\n"
+                "    api { processes [ feed ]; }\n"
+                "}\n"
+            )
+            log = (work / f"node{i}.log").open("ab")
+            logs.append(log)
+            processes.append(
+                lab.popen(
+                    network_lab.node_namespace(i),
+                    exabgp.Options(node_name="floor").exabgp,
+                    "server",
+                    str(conf),
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        want = node_addresses(lab, nodes)
+        deploy.wait_until("bare ExaBGP sessions", lambda: tor_established(lab) >= want, 30)
+        descriptors = []
+        deadline = time.monotonic() + 10
+        for fifo in fifos:
+            while True:
+                try:
+                    descriptors.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                    break
+                except OSError as e:  # ENXIO: the feeder has not opened its end yet
+                    if e.errno != errno.ENXIO or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)
+        started = time.monotonic()
+        for fd in descriptors:
+            os.write(fd, b"go")
+            os.close(fd)
+        # With one node "every nexthop" is the first one; with all of them it is full ECMP.
+        full = len(nodes) == fib.full
+        fib.wait(
+            lambda: (fib.full_count if full else fib.any_count) >= count,
+            timeout=max(60.0, count / 100),
+        )
+        first = fib.reached(started, count, full=False)
+        every = fib.reached(started, count, full=full)
+    finally:
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(5)
+        for log in logs:
+            log.close()
+    # The ToR withdraws them when the sessions close; wait, so the next part starts clean.
+    fib.wait(lambda: fib.any_count == 0, timeout=max(60.0, count / 100))
+    return {
+        "nodes": len(nodes),
+        "all_in_fib_s": rounded(None if first is None else first - started, 3),
+        "all_nexthops_s": rounded(None if every is None else every - started, 3),
+    }
+
+
+# --- the parts run with speakers ---------------------------------------------------------------
+
+
+def configure(lab: network_lab.Lab, trials: int) -> None:
+    """Pools, the ToR as a BGPPeer, a BFD profile (used later), the small pool's advertisement
+    and the Services of the status-to-FIB trials (no address yet)."""
+    lab.kubectl("create", "namespace", APP_NS)
+    kubectl_apply(
+        lab,
+        pool("bench", SMALL_POOL),
+        pool("bench-bulk", BULK_NET),
+        {
+            "apiVersion": "metallb.io/v1beta2",
+            "kind": "BGPPeer",
+            "metadata": {"name": "tor", "namespace": NS},
+            "spec": {
+                "myASN": MY_ASN,
+                "peerASN": network_lab.TOR_ASN,
+                "peerAddress": str(network_lab.TOR_LAN_V4),
+                "holdTime": "3s",
+            },
+        },
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "BFDProfile",
+            "metadata": {"name": BFD_PROFILE, "namespace": NS},
+            "spec": {
+                "receiveInterval": BFD_MS,
+                "transmitInterval": BFD_MS,
+                "detectMultiplier": BFD_MULT,
+            },
+        },
+        advertisement("bench", "bench"),
+        *(service(APP_NS, f"s{i:03d}", "bench") for i in range(trials)),
+        *(endpoint_slice(lab, APP_NS, f"s{i:03d}") for i in range(trials)),
+    )
+
+
+def small_vip(i: int) -> str:
+    return str(SMALL_POOL[i + 1])
+
+
+def start_speakers(lab: network_lab.Lab, deployment: deploy.Deployment) -> None:
+    for i in range(1, lab.nodes + 1):
+        deployment.start_speaker(i)
+    everyone = node_addresses(lab, range(1, lab.nodes + 1))
+    deploy.wait_until("every speaker's session", lambda: tor_established(lab) >= everyone, 60)
+
+
+def status_to_fib(
+    lab: network_lab.Lab, api: Api, fib: Fib, trials: int
+) -> tuple[list[float], list[float], list[float]]:
+    """PATCH a Service's status; time until its /32 has one nexthop, and every node's."""
+    first: list[float] = []
+    full: list[float] = []
+    patch: list[float] = []
+    api.warm()
+    for i in range(trials):
+        vip = small_vip(i)
+        prefix = f"{vip}/32"
+        started = time.monotonic()
+        api.set_ingress(APP_NS, f"s{i:03d}", vip)
+        patch.append(time.monotonic() - started)
+        if not fib.wait(lambda p=prefix: len(fib.routes.get(p, ())) >= lab.nodes, 30):  # type: ignore[misc]
+            say(f"status->FIB #{i + 1}: timeout")
+            continue
+        first.append(fib.first(prefix, started, bool) - started)
+        full.append(fib.first(prefix, started, lambda v: len(v) >= lab.nodes) - started)
+        ms = (first[-1] * 1000, full[-1] * 1000)
+        say(f"status->FIB #{i + 1}: {ms[0]:.0f} ms (all nexthops {ms[1]:.0f} ms)")
+        # The speakers write their ServiceBGPStatus objects after announcing; let that pass.
+        time.sleep(0.3)
+    return first, full, patch
+
+
+def link_cuts(lab: network_lab.Lab, fib: Fib, cuts: int, bfd: bool) -> list[float]:
+    """Cut each node's link in turn; time until the ToR's FIB drops its nexthop."""
+    prefix = f"{small_vip(0)}/32"
+    everyone = node_addresses(lab, range(1, lab.nodes + 1))
+    results: list[float] = []
+    label = "BFD" if bfd else "no BFD"
+    for n in range(cuts):
+        node = n % lab.nodes + 1
+        gateway = str(lab.node_v4(node))
+        if not fib.wait(lambda: set(fib.routes.get(prefix, ())) == everyone, 60):
+            say(f"link cut {label} #{n + 1}: not every nexthop before the cut; skipped")
+            continue
+        if bfd:
+            deploy.wait_until("BFD up on the ToR", lambda: tor_bfd_up(lab) >= everyone, 30)
+        # A random phase against the keepalive and BFD timers, not one set by the last trial.
+        time.sleep(0.5 + (n % 4) * 0.23)
+        started = time.monotonic()
+        try:
+            deploy.cut_link(lab, node)
+            gone = fib.wait(lambda g=gateway: g not in fib.routes.get(prefix, ()), 15)  # type: ignore[misc]
+        finally:
+            deploy.restore_link(lab, node)
+        if not gone:
+            say(f"link cut {label} #{n + 1} (node{node}): nexthop never left")
+            continue
+        took = fib.first(prefix, started, lambda v, g=gateway: g not in v) - started  # type: ignore[misc]
+        results.append(took)
+        say(f"link cut {label} #{n + 1} (node{node}): {took:.3f} s")
+        if not fib.wait(lambda: set(fib.routes.get(prefix, ())) == everyone, 60):
+            say(f"link cut {label} #{n + 1}: node{node} did not come back within 60 s")
+    return results
+
+
+def enable_bfd(lab: network_lab.Lab, fib: Fib) -> None:
+    lab.vtysh("configure terminal", *TOR_BFD_ON)
+    lab.kubectl(
+        "patch",
+        "bgppeer",
+        "tor",
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"bfdProfile": BFD_PROFILE}}),
+    )
+    everyone = node_addresses(lab, range(1, lab.nodes + 1))
+    deploy.wait_until("BFD up on the ToR", lambda: tor_bfd_up(lab) >= everyone, 60)
+    prefix = f"{small_vip(0)}/32"
+    if not fib.wait(lambda: set(fib.routes.get(prefix, ())) == everyone, 60):
+        raise BenchError("not every nexthop back after enabling BFD")
+
+
+def disable_bfd(lab: network_lab.Lab) -> None:
+    lab.kubectl(
+        "patch",
+        "bgppeer",
+        "tor",
+        "-n",
+        NS,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"bfdProfile": None}}),
+    )
+    lab.vtysh("configure terminal", *TOR_BFD_OFF)
+
+
+def fib_dump_count(lab: network_lab.Lab, network: ipaddress.IPv4Network) -> int:
+    out = lab.exec("tor", "ip", "-j", "-4", "route", "show", "root", str(network)).stdout
+    return len(json.loads(out or "[]"))
+
+
+def bulk(
+    lab: network_lab.Lab,
+    deployment: deploy.Deployment,
+    api: Api,
+    fib: Fib,
+    count: int,
+    trials: int,
+    status_timeout: float,
+) -> dict[str, Any]:
+    """N Services exist with addresses; one BGPAdvertisement makes all of them announced."""
+    for i in range(1, lab.nodes + 1):
+        deployment.stop_speaker(i)
+    started = time.monotonic()
+    asyncio.run(create_bulk(lab, count))
+    took = time.monotonic() - started
+    say(f"{count} Services with addresses and EndpointSlices created in {took:.1f} s")
+    start_speakers(lab, deployment)
+    everyone = node_addresses(lab, range(1, lab.nodes + 1))
+    prefix = f"{small_vip(0)}/32"
+    if not fib.wait(lambda: set(fib.routes.get(prefix, ())) == everyone, 120):
+        raise BenchError("the small pool's routes did not come back after the restart")
+    idle = wait_idle(lab, deployment, timeout=max(60.0, count / 100))
+    say(f"speakers up and idle ({idle:.1f} s after their sessions)")
+    before = Usage.take(lab, deployment)
+    api.warm()
+    started = time.monotonic()
+    api.request(
+        "POST",
+        f"/apis/metallb.io/v1beta1/namespaces/{NS}/bgpadvertisements",
+        advertisement("bench-bulk", "bench-bulk"),
+    )
+    done = fib.wait(lambda: fib.full_count >= count, timeout=max(120.0, count / 50))
+    at_fib = Usage.take(lab, deployment)
+    first = fib.reached(started, count, full=False)
+    every = fib.reached(started, count, full=True)
+    if not done:
+        say(f"only {fib.any_count} / {count} routes ({fib.full_count} with every nexthop)")
+    else:
+        assert first is not None and every is not None
+        say(
+            f"{count} routes in the FIB after {first - started:.2f} s, ECMP {every - started:.2f} s"
+        )
+    # Every speaker writes one ServiceBGPStatus per Service it announces (MetalLB's objects).
+    expected = lab.nodes * (count + trials)
+    path = f"/apis/metallb.io/v1beta1/namespaces/{NS}/servicebgpstatuses"
+    synced: float | None = None
+    objects = 0
+    deadline = started + status_timeout
+    while time.monotonic() < deadline:
+        objects = api.count(path)
+        if objects >= expected:
+            synced = time.monotonic() - started
+            break
+        time.sleep(0.5)
+    at_status = Usage.take(lab, deployment)
+    say(
+        f"ServiceBGPStatus objects: {objects} / {expected}"
+        + ("" if synced is None else f" after {synced:.1f} s")
+    )
+    return {
+        "count": count,
+        "all_in_fib_s": rounded(None if first is None else first - started, 3),
+        "all_nexthops_s": rounded(None if every is None else every - started, 3),
+        "in_fib": fib.any_count,
+        "fib_dump_count": fib_dump_count(lab, BULK_NET),
+        "status_objects": objects,
+        "status_objects_expected": expected,
+        "status_sync_s": rounded(synced, 1),
+        "cpu_to_fib": at_fib.cpu_since(before),
+        "cpu_to_status_sync": at_status.cpu_since(before),
+        "memory_at_fib": at_fib.memory(),
+        "memory_at_status_sync": at_status.memory(),
+        "idle_wait_s": round(idle, 1),
+    }
+
+
+# --- main -----------------------------------------------------------------------------------------
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    # So that `finally` blocks stop what the bench started when it is terminated.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1,000 routes, few trials")
+    parser.add_argument("--trials", type=int, default=None, help="status-to-FIB trials (30)")
+    parser.add_argument("--cuts", type=int, default=None, help="link cuts per mode (9)")
+    parser.add_argument("--routes", type=int, default=None, help="routes (10,000)")
+    args = parser.parse_args(argv)
+    trials = args.trials or (5 if args.quick else 30)
+    cuts = args.cuts or (1 if args.quick else 9)
+    count = args.routes or (1000 if args.quick else 10000)
+    if not 1 <= trials <= 200 or not 1 <= count <= 40000:
+        parser.error("--trials must be 1..200 and --routes 1..40000")
+    signal.signal(signal.SIGTERM, _interrupt)
+
+    started = time.monotonic()
+    with network_lab.exclusive(waiting=say), network_lab.running(nodes=3) as lab:
+        say(f"lab up in {time.monotonic() - started:.1f} s")
+        fib = Fib(lab, [str(SMALL_POOL), str(BULK_NET)], str(BULK_NET), lab.nodes)
+        api = Api(lab)
+        deployment = deploy.Deployment(lab)
+        tor_bfd = False
+        try:
+            floor_3 = floor(lab, fib, range(1, lab.nodes + 1), count)
+            say(f"floor, {lab.nodes} bare ExaBGPs: {floor_3}")
+            floor_1 = floor(lab, fib, [1], count) if not args.quick else None
+            if floor_1 is not None:
+                say(f"floor, one bare ExaBGP: {floor_1}")
+            configure(lab, trials)
+            start_speakers(lab, deployment)
+            first, full, patch = status_to_fib(lab, api, fib, trials)
+            no_bfd = link_cuts(lab, fib, cuts, bfd=False)
+            tor_bfd = True
+            enable_bfd(lab, fib)
+            with_bfd = link_cuts(lab, fib, cuts, bfd=True)
+            for i in range(1, lab.nodes + 1):
+                deployment.stop_speaker(i)
+            disable_bfd(lab)
+            tor_bfd = False
+            routes = bulk(
+                lab, deployment, api, fib, count, trials, status_timeout=30 if args.quick else 300
+            )
+        finally:
+            deployment.stop()
+            if tor_bfd:
+                lab.vtysh("configure terminal", *TOR_BFD_OFF, check=False)
+            api.close()
+            overflows = fib.overflows
+            fib.close()
+
+    status = distribution(first)
+    status_full = distribution(full)
+    cut_plain = distribution(no_bfd)
+    cut_bfd = distribution(with_bfd)
+    node1_cpu = routes["cpu_to_fib"]["nodes"].get("node1", {})
+    node1_memory = routes["memory_at_fib"]["nodes"].get("node1", {})
+    figures: dict[str, Any] = {
+        "bench": "bgp",
+        "quick": args.quick,
+        "nodes": 3,
+        "status_to_fib_median_s": status["median"],
+        "status_to_fib_p99_s": status["p99"],
+        "status_to_fib_ecmp_p99_s": status_full["p99"],
+        "routes_n": count,
+        "routes_10k_s": routes["all_in_fib_s"],
+        "routes_10k_ecmp_s": routes["all_nexthops_s"],
+        "floor_routes_s": floor_3["all_in_fib_s"],
+        "floor_routes_ecmp_s": floor_3["all_nexthops_s"],
+        "floor_one_exabgp_s": None if floor_1 is None else floor_1["all_in_fib_s"],
+        "routes_vs_floor": ratio(routes["all_in_fib_s"], floor_3["all_in_fib_s"]),
+        "routes_ecmp_vs_floor": ratio(routes["all_nexthops_s"], floor_3["all_nexthops_s"]),
+        "linkcut_bfd_s": cut_bfd["median"],
+        "linkcut_bfd_max_s": cut_bfd["max"],
+        "linkcut_nobfd_s": cut_plain["median"],
+        "linkcut_nobfd_max_s": cut_plain["max"],
+        "linkcut_bfd_speedup": ratio(cut_plain["median"], cut_bfd["median"]),
+        "speaker_cpu_s": node1_cpu.get("speaker"),
+        "exabgp_cpu_s": node1_cpu.get("exabgp"),
+        "speaker_rss_mb": node1_memory.get("speaker", {}).get("rss_mb"),
+        "exabgp_rss_mb": node1_memory.get("exabgp", {}).get("rss_mb"),
+        "status_sync_s": routes["status_sync_s"],
+        "targets": {
+            "status_to_fib_p99_s": 0.5,
+            "routes_10k_s": 15.0,
+            "linkcut_bfd_s": 1.0,
+        },
+        "meets": {
+            "status_to_fib_p99_s": status["p99"] is not None and float(status["p99"]) < 0.5,
+            "routes_10k_s": routes["all_in_fib_s"] is not None
+            and float(routes["all_in_fib_s"]) < 15.0
+            and count >= 10000,
+            "linkcut_bfd_s": cut_bfd["max"] is not None and float(cut_bfd["max"]) < 1.0,
+        },
+        "what": {
+            "status_to_fib": "3 speakers, no controller: from just before the bench's PATCH of "
+            "status.loadBalancer.ingress until the /32 is in the ToR's kernel FIB (first "
+            "nexthop; _ecmp_: all 3)",
+            "routes": f"{count} Services with EndpointSlices and addresses exist, 3 speakers "
+            "idle; from the POST of the BGPAdvertisement selecting their pool until all "
+            f"{count} /32s are in the ToR's FIB (one nexthop; _ecmp_: all 3)",
+            "floor": f"bare ExaBGP per node (same 3 nodes) fed the same {count} routes in the "
+            "same API lines at one moment, until all are in the FIB; floor_one_exabgp: one "
+            "node alone (lab notes' method)",
+            "linkcut": "eth0 of an announcing node set down until the ToR's FIB drops its "
+            "nexthop; no BFD: hold time 3 s (FRR timers 1 3); BFD: 300 ms x 3 both sides",
+            "cpu_rss": "node1's speaker and its ExaBGP (from /proc): CPU seconds from the POST "
+            "until all routes are in the FIB, RSS at that moment",
+            "status_sync": "from the POST until every speaker wrote its ServiceBGPStatus "
+            "objects (null: not within the time limit)",
+        },
+        "status_to_fib": status,
+        "status_to_fib_ecmp": status_full,
+        "status_patch_round_trip": distribution(patch),
+        "linkcut_nobfd": cut_plain,
+        "linkcut_bfd": cut_bfd,
+        "routes": routes,
+        "floor": floor_3,
+        "floor_one_exabgp": floor_1,
+        "lost_trials": (trials - len(first)) + (cuts - len(no_bfd)) + (cuts - len(with_bfd)),
+        "fib_watch_overflows": overflows,
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
