@@ -1,23 +1,31 @@
-"""`--lb-class`: the controller handles exactly the Services of its class."""
+"""`--lb-class`: the controller handles exactly the Services of its class. This module's
+controller also serves the admission webhook (`--webhook-port`)."""
 
 from __future__ import annotations
 
+import json
+import ssl
+import urllib.request
 from collections.abc import Iterator
 
 import kubernetes
 import pytest
 
+from hack import cluster as local_cluster
 from tests.integration import controller_support as support
 from tests.integration.controller_support import Cluster, Controller
 
 pytestmark = pytest.mark.integration
 
 CLASS = "example.com/ironlb"
+(WEBHOOK_PORT,) = local_cluster.free_ports(1)
 
 
 @pytest.fixture(scope="module")
 def controller(kubeconfig: str, request: pytest.FixtureRequest) -> Iterator[Controller]:
-    yield from support.module_controller(kubeconfig, request, f"--lb-class={CLASS}")
+    yield from support.module_controller(
+        kubeconfig, request, f"--lb-class={CLASS}", f"--webhook-port={WEBHOOK_PORT}"
+    )
 
 
 @pytest.fixture
@@ -73,3 +81,36 @@ def test_foreign_status_is_not_cleared(
     support.stays(
         "the foreign status", lambda: k8s.ips(test_namespace, "foreign") == [support.v4(b, 0)]
     )
+
+
+def test_webhook_port_serves_the_admission_webhook(controller: Controller) -> None:
+    """The webhook's own behaviour is tested elsewhere; here: the flag serves it, over TLS."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # its CA is generated in the process
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u1",
+            "kind": {"group": "metallb.io", "version": "v1beta1", "kind": "IPAddressPool"},
+            "operation": "CREATE",
+            "namespace": "not-metallb-system",
+            "name": "p",
+            "object": {
+                "apiVersion": "metallb.io/v1beta1",
+                "kind": "IPAddressPool",
+                "metadata": {"name": "p", "namespace": "not-metallb-system"},
+                "spec": {"addresses": ["100.127.0.0/24"]},
+            },
+        },
+    }
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{WEBHOOK_PORT}/validate-metallb-io-v1beta1-ipaddresspool",
+        data=json.dumps(review).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, context=context, timeout=10) as response:
+        answer = json.loads(response.read())
+    assert answer["response"]["uid"] == "u1"
+    assert answer["response"]["allowed"] is False  # metallb.io objects live in one namespace
