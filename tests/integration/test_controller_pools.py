@@ -272,3 +272,21 @@ def test_invalid_pool_configuration_keeps_the_last_good_one(
         "the stale flag to clear",
         lambda: controller.metrics()["metallb_k8s_client_config_stale_bool"] == 0,
     )
+
+
+def test_pool_changed_under_a_service_reallocates_it_and_says_so(
+    controller: Controller, k8s: Cluster, test_namespace: str
+) -> None:
+    b = support.block()
+    name = k8s.pool(f"{test_namespace}-p", [support.v4_block(b)])
+    k8s.service(test_namespace, "s")
+    assert k8s.wait_ips(test_namespace, "s") == [support.v4(b, 0)]
+    k8s.patch_pool(name, {"addresses": [f"{support.v4(b, 128)}/25"]})
+    support.wait_for(
+        "the address inside the new range",
+        lambda: k8s.ips(test_namespace, "s") == [support.v4(b, 128)],
+    )
+    event = k8s.wait_event(test_namespace, "s", "ClearAssignment", support.v4(b, 0))
+    assert "not allowed by config" in event["message"]
+    k8s.wait_event(test_namespace, "s", "IPAllocated", support.v4(b, 128))
+    assert k8s.pool_of(test_namespace, "s") == name
