@@ -382,7 +382,11 @@ def _services(inputs: Inputs, config: model.Config) -> tuple[ServiceView, ...]:
         )
         if not ips:
             state = "pending"
-            reason = warnings.get(key) or "no Warning event yet: is the controller running?"
+            reason = warnings.get(key) or (
+                "no Warning event yet: is the controller running?"
+                if config.pools
+                else "no valid IPAddressPool in the MetalLB namespace"
+            )
         elif not announced:
             state = "not-announced"
             reason = _not_announced_reason(config, pool, policy, warnings.get(key))

@@ -279,8 +279,11 @@ def test_a_pending_service_shows_its_latest_warning_event() -> None:
     assert "app/stuck (pending): AllocationFailed: no available IPs" in text
 
 
-def test_a_pending_service_without_events_points_at_the_controller() -> None:
+def test_a_pending_service_without_events_points_at_the_pools_or_the_controller() -> None:
     (s,) = view(services=[svc("stuck")]).services
+    assert s.reason == "no valid IPAddressPool in the MetalLB namespace"
+    pools = {"IPAddressPool": [pool("lab", "10.1.0.0/24")]}
+    (s,) = view(config=pools, services=[svc("stuck")]).services
     assert s.reason is not None and "controller" in s.reason
 
 

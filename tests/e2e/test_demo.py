@@ -1,0 +1,149 @@
+"""The demo as a user runs it: `hack/demo --non-interactive` end to end, then interrupted.
+
+Only one lab can exist on a machine. When this session already runs one (another e2e module used
+the `lab` fixture first), the demo is pointed at it with `--lab-dir` and must leave it as it was;
+when it does not, the demo brings up and removes its own lab, as on a fresh machine. Either way
+the summary's claims are checked against what the lab allows (addresses inside the pools it
+configured, a measured failover time), and the clean-up is checked from outside.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hack import lab as network_lab
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "hack" / "demo"
+NS = "metallb-system"
+CONFIG_KINDS = "ipaddresspools,l2advertisements,bgpadvertisements,bgppeers,bfdprofiles,communities"
+RUN_TIMEOUT_S = 600.0
+
+
+@pytest.fixture(scope="module")
+def borrowed(request: pytest.FixtureRequest) -> Iterator[network_lab.Lab | None]:
+    """The session's lab if this session holds the lab lock, else None (the demo makes its own)."""
+    if network_lab.lock_holder() != os.getpid():
+        yield None
+        return
+    lab: network_lab.Lab = request.getfixturevalue("lab")
+    # Modules that ran before leave their configuration; the demo refuses to mix with it.
+    lab.kubectl("delete", CONFIG_KINDS, "--all", "-n", NS)
+    yield lab
+
+
+def argv(lab: network_lab.Lab | None) -> list[str]:
+    extra = [] if lab is None else ["--lab-dir", str(lab.directory)]
+    return [str(DEMO), "--non-interactive", *extra]
+
+
+def assert_cleaned_up(lab: network_lab.Lab | None) -> None:
+    if lab is None:
+        assert network_lab._lab_namespaces() == []
+        assert network_lab.lock_holder() is None
+        return
+    pools = json.loads(lab.kubectl("get", "ipaddresspools", "-n", NS, "-o", "json"))["items"]
+    assert [p["metadata"]["name"] for p in pools] == []
+    services = json.loads(lab.kubectl("get", "services", "-n", "demo", "-o", "json"))["items"]
+    assert services == []
+    statuses = lab.kubectl("get", "servicel2statuses,servicebgpstatuses", "-n", NS, "-o", "name")
+    assert statuses.strip() == ""
+    for ns in lab.node_namespaces:
+        assert lab.status()[ns] == [], f"processes left in {ns}"
+        assert lab.exec(ns, "nft", "list", "ruleset").stdout.strip() == ""
+
+
+def summary_value(output: str, key: str) -> str:
+    found = re.search(rf"^\s+{re.escape(key)}: (.*)$", output, re.MULTILINE)
+    assert found, f"no {key!r} in the summary:\n{output[-3000:]}"
+    return found.group(1).strip()
+
+
+def in_range(address: str, low: object, high: object) -> bool:
+    ip = ipaddress.ip_address(address)
+    return ipaddress.ip_address(str(low)) <= ip <= ipaddress.ip_address(str(high))
+
+
+def test_the_demo_runs_end_to_end_and_reports_what_it_measured(
+    borrowed: network_lab.Lab | None, record_property: pytest.RecordProperty
+) -> None:
+    started = time.monotonic()
+    run = subprocess.run(
+        argv(borrowed),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=ROOT,
+    )
+    took = time.monotonic() - started
+    record_property("demo_s", round(took, 1))
+    print(f"MEASURED demo_s = {took:.1f} s")
+    output = run.stdout
+    assert run.returncode == 0, f"{output[-4000:]}\n{run.stderr[-2000:]}"
+    assert summary_value(output, "result") == "every step worked"
+
+    addresses = summary_value(output, "addresses").split()
+    v4 = [a for a in addresses if in_range(a, *network_lab.L2_POOL_V4)]
+    v6 = [a for a in addresses if in_range(a, *network_lab.L2_POOL_V6)]
+    routed = [a for a in addresses if ipaddress.ip_address(a) in network_lab.BGP_POOL_V4]
+    assert (len(v4), len(v6), len(routed), len(addresses)) == (1, 1, 1, 3), addresses
+    assert summary_value(output, "client source address") == "kept"
+    assert summary_value(output, "BGP").endswith("via node1, node3")
+
+    failover = summary_value(output, "failover time")
+    seconds = float(failover.split()[0])
+    owner, successor = re.findall(r"node\d+", failover)
+    assert seconds > 0 and owner != successor
+    record_property("demo_failover_s", seconds)
+    print(f"MEASURED demo_failover_s = {seconds:.3f} s")
+    # The steps a user is promised, in order.
+    titles = re.findall(r"^== \d+\. (.*)$", output, re.MULTILINE)
+    assert [t.split(":")[0].split(" ")[0] for t in titles] == [
+        "A", "ironlb", "MetalLB's", "Two", "Layer", "BGP", "A", "ironlb", "Failover", "Summary",
+    ]  # fmt: skip
+    assert_cleaned_up(borrowed)
+
+
+def test_ctrl_c_stops_the_demo_and_cleans_up(borrowed: network_lab.Lab | None) -> None:
+    process = subprocess.Popen(
+        argv(borrowed),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        # Interrupt once ironlb runs in the lab and Services are being created.
+        while not any("Two Services" in line for line in seen):
+            assert time.monotonic() < deadline and process.poll() is None, "".join(seen)
+            if select.select([process.stdout], [], [], 1.0)[0]:
+                seen.append(process.stdout.readline())
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    output = "".join(seen) + rest
+    assert process.returncode == 130, output[-3000:]
+    assert "interrupted" in output
+    assert "cleaning up" in output
+    assert_cleaned_up(borrowed)
