@@ -182,16 +182,14 @@ def deployed(
 
 
 def cut_link(lab: network_lab.Lab, index: int) -> None:
-    """Pull a node's cable: its LAN interface goes down, nothing is said to anyone."""
-    lab.exec(network_lab.node_namespace(index), "ip", "link", "set", "eth0", "down", check=True)
+    """Pull a node's cable: its switch port goes down, so the node sees its carrier drop and
+    nobody is told anything; the node keeps its addresses and routes, as a real one would."""
+    lab.exec("tor", "ip", "link", "set", f"p-node{index}", "down", check=True)
 
 
 def restore_link(lab: network_lab.Lab, index: int) -> None:
-    """Plug it back in. The kernel dropped the default routes with the link; put them back."""
-    ns = network_lab.node_namespace(index)
-    lab.exec(ns, "ip", "link", "set", "eth0", "up", check=True)
-    lab.exec(ns, "ip", "route", "replace", "default", "via", str(network_lab.TOR_LAN_V4))
-    lab.exec(ns, "ip", "-6", "route", "replace", "default", "via", str(network_lab.TOR_LAN_V6))
+    """Plug it back in."""
+    lab.exec("tor", "ip", "link", "set", f"p-node{index}", "up", check=True)
 
 
 # --- the kube-proxy stand-in ---------------------------------------------------------------------

@@ -468,6 +468,9 @@ class Lab:
             "net.ipv6.conf.all.accept_dad=0",
             "net.ipv6.conf.default.accept_dad=0",
             "net.ipv6.conf.all.accept_ra=0",
+            # Keep IPv6 addresses across a link flap, as IPv4 ones are kept.
+            "net.ipv6.conf.all.keep_addr_on_down=1",
+            "net.ipv6.conf.default.keep_addr_on_down=1",
             "net.ipv6.conf.default.accept_ra=0",
         ]
         per_ns = {ns: list(common) for ns in self.namespaces}
@@ -551,6 +554,26 @@ class Lab:
             if ns == NS_CP:
                 commands += ["link set eth-host up", f"addr add {CP_HOST_V4}/30 dev eth-host"]
             _ip_batch(commands, ns, f"configuring {ns}")
+
+    def repair_nodes(self) -> None:
+        """Put every node's LAN interface, addresses and default routes back as `up` made them.
+
+        A test that pulls a node's link with `ip link set eth0 down` loses the node's routes (the
+        kernel flushes routes through a device taken down); later tests must not inherit that.
+        """
+        for i in range(1, self.nodes + 1):
+            _ip_batch(
+                [
+                    "link set eth0 up",
+                    f"addr replace {node_v4(i)}/{LAN_V4.prefixlen} dev eth0",
+                    f"addr replace {node_v6(i)}/{LAN_V6.prefixlen} dev eth0 nodad",
+                    f"route replace default via {TOR_LAN_V4}",
+                    f"route replace default via {TOR_LAN_V6}",
+                ],
+                node_namespace(i),
+                f"repairing {node_namespace(i)}",
+            )
+            self.exec(NS_TOR, "ip", "link", "set", f"p-node{i}", "up", check=True)
 
     def _start_frr(self) -> None:
         frr = self.frr_directory

@@ -71,3 +71,10 @@ def control_plane(lab: network_lab.Lab) -> Path:
 @pytest.fixture(scope="session")
 def lab_kubeconfig(lab: network_lab.Lab) -> Path:
     return lab.kubeconfig
+
+
+@pytest.fixture(autouse=True)
+def healthy_nodes(request: pytest.FixtureRequest) -> None:
+    """Every e2e test starts with the lab's nodes wired as `up` made them."""
+    if "lab" in request.fixturenames:
+        request.getfixturevalue("lab").repair_nodes()
