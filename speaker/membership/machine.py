@@ -378,6 +378,8 @@ class Machine:
         member.since = now
         if message.origin == self.name:
             self.stats.suspicions_raised += 1
+        else:
+            self._probe_soon(now, message.name)
         # Relayed suspicions from a push-pull are re-gossiped under our name so that the
         # suspected member hears of them and refutes.
         gossiped = message if message.origin else m.Suspect(message.incarnation, message.name, "")
@@ -493,6 +495,16 @@ class Machine:
             primary.append(m.Suspect(member.incarnation, target, self.name))
         self.stats.probes_sent += 1
         self._send(member.address, primary)
+
+    def _probe_soon(self, now: float, name: str) -> None:
+        """Check someone else's suspicion ourselves, next: our own failed probe is the
+        independent confirmation Lifeguard waits for, and it then comes one probe later
+        instead of whenever our round-robin happens to reach the suspect."""
+        if name in self._probe_order:
+            self._probe_order.remove(name)
+        self._probe_order.append(name)
+        if self._probe is None:
+            self._next_probe_at = min(self._next_probe_at, now)
 
     def _judge_probe(self, now: float) -> None:
         probe = self._probe

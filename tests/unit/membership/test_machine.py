@@ -257,3 +257,16 @@ def test_join_retries_seeds_until_someone_answers() -> None:
     deadline_after = a.next_deadline()
     a.tick(max(deadline_after, now + CONFIG.join_retry_interval))
     assert a._next_join_at == machine.INF
+
+
+def test_hearing_of_a_suspicion_makes_us_probe_the_suspect_next() -> None:
+    a = make("a", 1)
+    know(a, *[(f"m{i}", i) for i in range(2, 10)])
+    while a._next_gossip_at == 0.0:
+        a.tick(0.0)  # let the introductions go out
+    a.receive(0.01, address(3), (m.Suspect(0, "m7", "m3"),))
+    assert a.next_deadline() <= 0.01
+    pings: list[tuple[m.Address, m.Message]] = []
+    while not pings:
+        pings = primary(a.tick(a.next_deadline()), m.Ping)
+    assert pings[0] == (address(7), m.Ping(pings[0][1].seq, "m7"))  # type: ignore[union-attr]
