@@ -286,7 +286,15 @@ async def run(options: Options) -> int:
         stats.leader.set(1)
         keeping = asyncio.ensure_future(elector.keep())
         tasks.append(keeping)
-        await reconciler.load()
+        while True:  # e.g. the CRDs are not installed yet: keep trying, never decide blind
+            try:
+                await reconciler.load()
+                break
+            except kube.ApiError as e:
+                log.error("cannot list the cluster state; retrying", extra={"error": str(e)})
+                await _first(asyncio.ensure_future(asyncio.sleep(2.0)), stopping, keeping)
+                if stopping.done() or keeping.done():
+                    return EXIT_LEASE_LOST if keeping.done() else 0
         running = asyncio.ensure_future(reconciler.run())
         tasks.append(running)
         readying = asyncio.ensure_future(reconciler.ready.wait())
