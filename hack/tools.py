@@ -1,4 +1,5 @@
 """Developer tools that no Debian or PyPI package provides at the version we need: helm.
+Also: run the components as the chart's ServiceAccounts outside a cluster (`chart_identities`).
 
 helm is built from its Go module with `go install` (the Go module proxy is the one source every
 machine reaches) and cached beside the control-plane binaries, outside the repository; the
@@ -10,11 +11,15 @@ when it is missing.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from hack import cluster
 
@@ -102,6 +107,89 @@ def install_helm(version: str = HELM_VERSION) -> Path:
         raise ToolError(f"built helm reports version {found!r}, expected {version}")
     stamp.write_text(flags)
     return path
+
+
+CHART = Path(__file__).resolve().parent.parent / "charts" / "ironlb"
+COMPONENTS = ("controller", "speaker")
+
+
+def _kubectl(kubeconfig: Path, *args: str, input: str | None = None) -> str:
+    result = subprocess.run(
+        [str(cluster.binary("kubectl")), f"--kubeconfig={kubeconfig}", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if result.returncode != 0:
+        raise ToolError(f"kubectl {' '.join(args[:2])} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def chart_identities(
+    admin_kubeconfig: Path,
+    directory: Path,
+    *,
+    namespace: str = "metallb-system",
+    release: str = "ironlb",
+    install_rbac: bool = True,
+    token_seconds: int = 7200,
+) -> dict[str, Path]:
+    """Kubeconfigs that authenticate as the chart's ServiceAccounts, one per component.
+
+    With `install_rbac`, the chart's ServiceAccounts, roles and bindings (nothing else) are
+    applied first. Each kubeconfig is the admin's with its user replaced by a token that the
+    apiserver issues for the ServiceAccount (TokenRequest), so a process using it is refused
+    exactly what a Pod of the chart would be refused. Its server is the admin's; rewrite it for
+    processes that reach the apiserver by another address."""
+    if install_rbac:
+        rendered = subprocess.run(
+            [
+                str(helm()),
+                "template",
+                release,
+                str(CHART),
+                "--namespace",
+                namespace,
+                "--show-only",
+                "templates/serviceaccounts.yaml",
+                "--show-only",
+                "templates/rbac.yaml",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if rendered.returncode != 0:
+            raise ToolError(f"helm template failed: {rendered.stderr.strip()}")
+        _kubectl(admin_kubeconfig, "apply", "-f", "-", input=rendered.stdout)
+    config = _yaml_or_json(admin_kubeconfig)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for component in COMPONENTS:
+        token = _kubectl(
+            admin_kubeconfig,
+            "create",
+            "token",
+            f"{release}-{component}",
+            "--namespace",
+            namespace,
+            f"--duration={token_seconds}s",
+        ).strip()
+        for user in config.get("users") or []:
+            user["user"] = {"token": token}
+        path = directory / f"kubeconfig-{component}"
+        path.write_text(json.dumps(config, indent=2))
+        path.chmod(0o600)
+        paths[component] = path
+    return paths
+
+
+def _yaml_or_json(path: Path) -> dict[str, Any]:
+    loaded = yaml.safe_load(path.read_text())
+    if not isinstance(loaded, dict):
+        raise ToolError(f"{path} is not a kubeconfig")
+    return loaded
 
 
 def main(argv: list[str] | None = None) -> int:

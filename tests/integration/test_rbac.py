@@ -43,6 +43,7 @@ import pytest
 import yaml
 
 from hack import cluster as local_cluster
+from hack import tools
 from tests.integration import chart_support as cs
 from tests.integration import controller_support as support
 
@@ -175,25 +176,6 @@ class Env:
     cert_dir: Path  # the chart's webhook certificate, as the controller Pod mounts it
 
 
-def token_kubeconfig(admin_kubeconfig: Path, token: str, path: Path) -> Path:
-    admin = yaml.safe_load(admin_kubeconfig.read_text())
-    cluster = admin["clusters"][0]["cluster"]
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": cluster}],
-                "users": [{"name": "sa", "user": {"token": token}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "sa"}}],
-                "current-context": "c",
-            }
-        )
-    )
-    path.chmod(0o600)
-    return path
-
-
 def apply(t: cs.Tools, *objects: dict[str, Any]) -> None:
     t.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
 
@@ -258,17 +240,11 @@ def env() -> Iterator[Env]:
             ),
         )
         t.helm("install", cs.RELEASE, str(cs.CHART), "-n", NS)
-        kubeconfigs, clients = {}, {}
-        for component in ("controller", "speaker"):
-            token = t.kubectl(
-                "create", "token", f"ironlb-{component}", "-n", NS, "--duration=3600s"
-            ).stdout.strip()
-            kubeconfigs[component] = token_kubeconfig(
-                kubeconfig, token, Path(scratch) / f"{component}.kubeconfig"
-            )
-            clients[component] = kubernetes.config.new_client_from_config(
-                config_file=str(kubeconfigs[component])
-            )
+        kubeconfigs = tools.chart_identities(kubeconfig, Path(scratch), install_rbac=False)
+        clients = {
+            component: kubernetes.config.new_client_from_config(config_file=str(path))
+            for component, path in kubeconfigs.items()
+        }
         cert_dir = Path(scratch) / "webhook"
         cert_dir.mkdir()
         for name, content in cs.secret_data(t, "ironlb-webhook-cert").items():
@@ -287,16 +263,20 @@ FORBIDDEN_MARKS = ("403", "forbidden", "Forbidden")
 
 
 @pytest.fixture(scope="module")
-def controller(env: Env) -> Iterator[support.Controller]:
+def webhook_port() -> int:
     (port,) = local_cluster.free_ports(1)
+    return port
+
+
+@pytest.fixture(scope="module")
+def controller(env: Env, webhook_port: int) -> Iterator[support.Controller]:
     proc = support.Controller(
         str(env.kubeconfigs["controller"]),
         # The chart's Lease: the Role lets the controller get and update that name only.
         lease_name="ironlb-controller",
         lease_duration=15,
-        extra=(f"--webhook-port={port}", f"--webhook-cert-dir={env.cert_dir}"),
+        extra=(f"--webhook-port={webhook_port}", f"--webhook-cert-dir={env.cert_dir}"),
     )
-    proc.webhook_port = port  # type: ignore[attr-defined]
     proc.start().wait_ready()
     try:
         yield proc
@@ -387,9 +367,9 @@ def call_webhook(env: Env, port: int, path: str, review: dict[str, Any]) -> dict
 
 
 def test_controller_webhook_reads_configuration_and_secret_names(
-    env: Env, controller: support.Controller
+    env: Env, controller: support.Controller, webhook_port: int
 ) -> None:
-    port: int = controller.webhook_port  # type: ignore[attr-defined]
+    port = webhook_port
     pools = "/validate-metallb-io-v1beta1-ipaddresspool"
     overlapping = call_webhook(
         env,
