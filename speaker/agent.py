@@ -31,7 +31,7 @@ import prometheus_client
 
 from controller import kube
 from controller import operator as shell
-from ironlb import addresses, model
+from ironlb import addresses, events, model
 from ironlb.problems import Problem
 from speaker import desired, snapshot, status
 
@@ -351,33 +351,16 @@ def _decoded(data: Any, key: str) -> str | None:
 
 
 def _event_body(service: Mapping[str, Any], reason: str, message: str, node: str) -> dict[str, Any]:
-    meta = service.get("metadata") or {}
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {
-            "name": f"{meta.get('name')}.{random_names.token_hex(8)}",
-            "namespace": meta.get("namespace"),
-        },
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "uid": meta.get("uid"),
-            "resourceVersion": meta.get("resourceVersion"),
-        },
-        "reason": reason,
-        "message": message,
-        "type": "Normal",
-        "source": {"component": "metallb-speaker", "host": node},
-        "reportingComponent": "metallb-speaker",
-        "reportingInstance": node,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }
+    return events.body(
+        events.involved(service, "v1", "Service"),
+        type="Normal",
+        reason=reason,
+        message=message,
+        component="metallb-speaker",
+        instance=node,
+        now=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        name_suffix=random_names.token_hex(8),
+    )
 
 
 def registry(agent: Agent, credentials: kube.Credentials) -> Any:
