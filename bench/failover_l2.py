@@ -304,17 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    started = time.monotonic()
-    with network_lab.exclusive(waiting=say), network_lab.running(nodes=3) as lab:
-        say(f"lab up in {time.monotonic() - started:.1f} s")
-        ours = failovers(
-            lab, "default", {"kill": trials, "linkcut": trials, "graceful": trials}, say
-        )
-        lab.kubectl("delete", "service", "bench", "-n", "default")
-        theirs = failovers(
-            lab, "memberlist-lan", {"kill": baseline_trials, "linkcut": baseline_trials}, say
-        )
-        latency = arp_latency(lab, 200 if args.quick else 1000)
+    with network_lab.exclusive(waiting=say):
+        started = time.monotonic()
+        with network_lab.running(nodes=3) as lab:
+            say(f"lab up in {time.monotonic() - started:.1f} s")
+            faults = {"kill": trials, "linkcut": trials, "graceful": trials}
+            ours = failovers(lab, "default", faults, say)
+            lab.kubectl("delete", "service", "bench", "-n", "default")
+            baseline = {"kill": baseline_trials, "linkcut": baseline_trials}
+            theirs = failovers(lab, "memberlist-lan", baseline, say)
+            latency = arp_latency(lab, 200 if args.quick else 1000)
     kill = distribution(ours["kill"])
     linkcut = distribution(ours["linkcut"])
     graceful = distribution(ours["graceful"])
