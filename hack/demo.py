@@ -334,7 +334,8 @@ def as_list(*objects: dict[str, Any]) -> str:
 class Results:
     l2_addresses: list[str] = field(default_factory=list)
     bgp_addresses: list[str] = field(default_factory=list)
-    l2_owner: str | None = None
+    l2_owner: str | None = None  # answers ARP for the IPv4 address
+    l2_owner_v6: str | None = None  # answers NDP for the IPv6 address (elected separately)
     bgp_nexthops: list[str] = field(default_factory=list)
     source_kept: bool | None = None
     failover_s: float | None = None
@@ -541,7 +542,8 @@ class Demo:
             out = self.run("tor", "ndisc6", "-r", "3", "-w", "1000", v6, "br0")
             found = re.search(r"Target link-layer address: ([0-9A-Fa-f:]{17})", out)
             if found:
-                c.ok(f"{v6} is answered by {self.node_of_mac(found.group(1))} (NDP)")
+                self.results.l2_owner_v6 = self.node_of_mac(found.group(1))
+                c.ok(f"{v6} is answered by {self.results.l2_owner_v6} (NDP; elected on its own)")
             else:
                 self.problem(f"nobody answered NDP for {v6}")
 
@@ -666,8 +668,15 @@ class Demo:
             self.problem(f"after failover the client got {answer!r}")
         if self.results.bgp_nexthops and owner in self.results.bgp_nexthops:
             vip = self.results.bgp_addresses[0]
-            left = until(lambda: len(self.fib(f"{vip}/32")) < 2 and self.fib(f"{vip}/32"), 10)
-            c.say(f"BGP: {owner}'s sessions died with it; the ToR now routes {vip} via {left}")
+            by_address = {str(self.lab.node_v4(i)): n for i, n in enumerate(self.lab.node_names, 1)}
+
+            def fewer() -> list[str] | None:
+                hops = self.fib(f"{vip}/32")
+                return hops if len(hops) < 2 else None
+
+            left = until(fewer, 10) or []
+            via = ", ".join(by_address.get(h, h) for h in left) or "nothing"
+            c.say(f"BGP: {owner}'s sessions died with it; the ToR now routes {vip} via {via}")
         if self.keep:
             self.deployment.stop_speaker(index, signal.SIGKILL)
             self.deployment.start_speaker(index)
@@ -690,10 +699,11 @@ class Demo:
         c, r = self.console, self.results
         c.step("Summary")
         c.say(f"addresses: {' '.join(r.l2_addresses + r.bgp_addresses) or 'none'}")
-        c.say(
-            f"layer 2: {NAMESPACE}/{L2_SERVICE} {', '.join(r.l2_addresses) or '-'}"
-            f" answered by {r.l2_owner or '-'}"
-        )
+        answered = [
+            f"{a} by {(r.l2_owner_v6 if ':' in a else r.l2_owner) or 'nobody'}"
+            for a in r.l2_addresses
+        ]
+        c.say(f"layer 2: {NAMESPACE}/{L2_SERVICE} answered: {', '.join(answered) or '-'}")
         c.say(
             f"BGP: {NAMESPACE}/{BGP_SERVICE} {', '.join(r.bgp_addresses) or '-'}"
             f" via {', '.join(r.bgp_nexthops) or 'NO ROUTE'}"
@@ -745,16 +755,30 @@ class Demo:
         """Remove what the demo made; in a borrowed lab, leave the lab as it was."""
         try:
             if self.own_lab:
+                # The lab goes away with everything in it: no point in a graceful goodbye.
+                self.stop_ironlb(signal.SIGKILL)
                 self.lab.down()
             else:
                 self._clean_borrowed_lab()
         finally:
-            if self.deployment is not None:
-                self.deployment.stop()
-            if self.controller is not None:
-                stop_process(self.controller)
+            self.stop_ironlb(signal.SIGKILL)
             for log in self._logs:
                 log.close()
+
+    def stop_ironlb(self, sig: signal.Signals) -> None:
+        """Signal every speaker and the controller at once, then wait for each."""
+        processes = [] if self.deployment is None else list(self.deployment.speakers.values())
+        if self.controller is not None:
+            processes.append(self.controller)
+        for process in processes:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, sig)
+        for process in processes:
+            stop_process(process)
+        if self.deployment is not None:
+            self.deployment.stop()  # reaps what is left, closes its log files
+        self.controller = None
 
     def _clean_borrowed_lab(self) -> None:
         with contextlib.suppress(network_lab.LabError):
@@ -772,10 +796,7 @@ class Demo:
         if self.deployment is not None:
             # The speakers delete their own status objects once the Services are gone.
             until(statuses_gone, 10)
-            self.deployment.stop()
-        if self.controller is not None:
-            stop_process(self.controller)
-            self.controller = None
+        self.stop_ironlb(signal.SIGTERM)
         if self.backends is not None:
             self.backends.stop()
         with contextlib.suppress(network_lab.LabError):
