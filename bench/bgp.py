@@ -32,6 +32,7 @@ import ipaddress
 import json
 import math
 import os
+import shutil
 import signal
 import ssl
 import statistics
@@ -60,6 +61,7 @@ MY_ASN = 64512
 SMALL_POOL = network_lab.BGP_POOL_V4
 BULK_NET = ipaddress.IPv4Network("10.200.0.0/16")
 BFD_PROFILE = "bench-fast"
+STATUS_PATH = f"/apis/metallb.io/v1beta1/namespaces/{NS}/servicebgpstatuses"
 BFD_MS = 300
 BFD_MULT = 3
 SETUP_CONCURRENCY = 16
@@ -795,6 +797,14 @@ def small_vip(i: int) -> str:
     return str(SMALL_POOL[i + 1])
 
 
+def stop_speakers(lab: network_lab.Lab, deployment: deploy.Deployment) -> None:
+    """SIGTERM to all first, then wait for each: their graceful withdrawals overlap."""
+    for i in range(1, lab.nodes + 1):
+        deployment.signal_speaker(i, signal.SIGTERM)
+    for i in range(1, lab.nodes + 1):
+        deployment.stop_speaker(i)
+
+
 def start_speakers(lab: network_lab.Lab, deployment: deploy.Deployment) -> None:
     for i in range(1, lab.nodes + 1):
         deployment.start_speaker(i)
@@ -929,6 +939,7 @@ def bulk(
     phases["routes_restart"] = round(time.monotonic() - began, 1)
     idle, quiet = wait_idle(lab, deployment, timeout=max(60.0, count / 40))
     phases["routes_idle"] = round(idle, 1)
+    restart_cpu = Usage.take(lab, deployment).cpu_since(Usage())["nodes"]
     say(f"speakers up, {'idle' if quiet else 'NOT idle'} {idle:.1f} s after their sessions")
     before = Usage.take(lab, deployment)
     api.warm()
@@ -952,16 +963,15 @@ def bulk(
         )
     # Every speaker writes one ServiceBGPStatus per Service it announces (MetalLB's objects).
     expected = lab.nodes * (count + trials)
-    path = f"/apis/metallb.io/v1beta1/namespaces/{NS}/servicebgpstatuses"
+    path = STATUS_PATH
     synced: float | None = None
-    objects = 0
+    objects = api.count(path)
     deadline = started + status_timeout
-    while time.monotonic() < deadline:
-        objects = api.count(path)
-        if objects >= expected:
-            synced = time.monotonic() - started
-            break
+    while objects < expected and time.monotonic() < deadline:
         time.sleep(0.5)
+        objects = api.count(path)
+    if objects >= expected:
+        synced = time.monotonic() - started
     at_status = Usage.take(lab, deployment)
     say(
         f"ServiceBGPStatus objects: {objects} / {expected}"
@@ -980,6 +990,7 @@ def bulk(
         "status_sync_s": rounded(synced, 1),
         "status_objects_per_s": round(written / (time.monotonic() - started), 1),
         "speakers_idle": quiet,
+        "restart_cpu": restart_cpu,
         "cpu_to_fib": at_fib.cpu_since(before),
         "cpu_to_status_sync": at_status.cpu_since(before),
         "memory_at_fib": at_fib.memory(),
@@ -1001,6 +1012,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=None, help="status-to-FIB trials (30)")
     parser.add_argument("--cuts", type=int, default=None, help="link cuts per mode (9)")
     parser.add_argument("--routes", type=int, default=None, help="routes (10,000)")
+    parser.add_argument("--logs", type=Path, default=None, help="copy the lab's logs here")
     args = parser.parse_args(argv)
     trials = args.trials or (5 if args.quick else 30)
     cuts = args.cuts or (1 if args.quick else 9)
@@ -1040,6 +1052,7 @@ def main(argv: list[str] | None = None) -> int:
                     start_speakers(lab, deployment)
                 with phase("status_to_fib"):
                     first, full, patch = status_to_fib(lab, api, fib, trials)
+                    say(f"ServiceBGPStatus objects: {api.count(STATUS_PATH)}")
                 with phase("linkcut_nobfd"):
                     no_bfd = link_cuts(lab, fib, cuts, bfd=False)
                 with phase("bfd_on"):
@@ -1048,8 +1061,7 @@ def main(argv: list[str] | None = None) -> int:
                 with phase("linkcut_bfd"):
                     with_bfd = link_cuts(lab, fib, cuts, bfd=True)
                 with phase("bfd_off"):
-                    for i in range(1, lab.nodes + 1):
-                        deployment.stop_speaker(i)
+                    stop_speakers(lab, deployment)
                     disable_bfd(lab)
                     tor_bfd = False
                 with phase("routes"):
@@ -1060,11 +1072,20 @@ def main(argv: list[str] | None = None) -> int:
                         fib,
                         count,
                         trials,
-                        status_timeout=3 if args.quick else 300,
+                        status_timeout=0 if args.quick else 300,
                         phases=phases,
                     )
             finally:
                 deployment.stop()
+                if args.logs is not None:
+                    shutil.copytree(lab.directory / "logs", args.logs, dirs_exist_ok=True)
+                    with contextlib.suppress(FileNotFoundError):
+                        shutil.copytree(
+                            lab.directory / "bench-bgp-floor",
+                            args.logs / "floor",
+                            dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("go-*"),
+                        )
                 if tor_bfd:
                     lab.vtysh("configure terminal", *TOR_BFD_OFF, check=False)
                 api.close()
