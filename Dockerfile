@@ -20,6 +20,7 @@ COPY pyproject.toml README.md ./
 COPY ironlb/ ironlb/
 COPY controller/ controller/
 COPY speaker/ speaker/
+COPY ironlb_cli/ ironlb_cli/
 # A regular (non-editable) install: the image needs no source tree. ExaBGP is a dependency of
 # the project, so its `exabgp` script lands in /opt/ironlb/bin, where the speaker looks first.
 # Byte-compiled here, because the root file system is read-only at run time.

@@ -220,6 +220,28 @@ def test_generated_webhook_certificate_serves_the_service_name(
     certs.server_context(loaded)
 
 
+def test_cert_manager_and_disabled_webhook(offline: cs.Tools) -> None:
+    managed = offline.render("--set=webhook.certificate=cert-manager")
+    certificate = one(managed, "Certificate")
+    assert certificate["spec"]["secretName"] == "ironlb-webhook-cert"
+    assert "ironlb-webhook-service.metallb-system.svc" in certificate["spec"]["dnsNames"]
+    assert certificate["spec"]["issuerRef"]["name"] == one(managed, "Issuer")["metadata"]["name"]
+    configuration = one(managed, "ValidatingWebhookConfiguration")
+    assert configuration["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "metallb-system/ironlb-webhook"
+    }
+    assert all("caBundle" not in h["clientConfig"] for h in configuration["webhooks"])
+    assert [s["metadata"]["name"] for s in by_kind(managed, "Secret")] == ["ironlb-memberlist"]
+
+    off = offline.render("--set=controller.webhookMode=disabled")
+    assert by_kind(off, "ValidatingWebhookConfiguration") == []
+    assert "ironlb-webhook-service" not in [s["metadata"]["name"] for s in by_kind(off, "Service")]
+    args = one(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--webhook")]
+    role = one(off, "Role", "ironlb-controller")
+    assert not [r for r in role["rules"] if "secrets" in r["resources"]]
+
+
 def test_offline_renders_make_fresh_secrets(offline: cs.Tools) -> None:
     """Without a cluster `lookup` finds nothing: every render makes a new key (so the key that
     an upgrade keeps is not a constant of the chart)."""
