@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
+import socket
 import sys
 from pathlib import Path
 
 from controller import operator as shell
 from speaker import agent, appliers
 from speaker.membership import config as membership_config
+from speaker.membership import messages as membership_messages
 from speaker.membership import metrics as membership_metrics
 from speaker.membership import node as membership
 
@@ -64,6 +67,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+REJOIN_EVERY_S = 60.0
+
+
+def resolve_seeds(text: str, port: int) -> list[membership_messages.Address]:
+    """Every address behind every seed: a headless Service name resolves to all speakers."""
+    seeds: dict[membership_messages.Address, None] = {}
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        first = membership.parse_address(entry, port)
+        host = entry.rsplit(":", 1)[0].strip("[]") if entry.count(":") == 1 else entry
+        try:
+            infos = socket.getaddrinfo(host, first.port, type=socket.SOCK_DGRAM)
+        except OSError:
+            infos = []
+        for info in infos:
+            seeds[membership_messages.Address(str(info[4][0]), first.port)] = None
+        seeds.setdefault(first, None)
+    return list(seeds)
+
+
+async def _rejoin_forever(member: membership.Node, text: str, port: int) -> None:
+    """Seeds change as speakers come and go; look them up again now and then."""
+    while True:
+        await asyncio.sleep(REJOIN_EVERY_S)
+        try:
+            member.join(await asyncio.to_thread(resolve_seeds, text, port))
+        except (OSError, ValueError) as e:
+            logging.getLogger("ironlb.speaker").warning(
+                "could not resolve membership seeds", extra={"error": str(e)}
+            )
+
+
 def _keyring_files(directory: str) -> list[str]:
     if not directory:
         return []
@@ -83,11 +119,7 @@ async def _run(args: argparse.Namespace) -> int:
     member: membership.Node | None = None
     if args.ml_bind_addr:
         config = membership_config.PROFILES[args.ml_profile]
-        seeds = [
-            membership.parse_address(s, args.ml_bind_port)
-            for s in args.ml_seeds.split(",")
-            if s.strip()
-        ]
+        seeds = resolve_seeds(args.ml_seeds, args.ml_bind_port)
         files = _keyring_files(args.ml_secret_key_path)
         member = membership.Node(
             args.node_name,
@@ -100,7 +132,14 @@ async def _run(args: argparse.Namespace) -> int:
         await member.start()
     layer2 = None if args.no_layer2 else await appliers.layer2(agent.REGISTRY)
     bgp = None if args.no_bgp else appliers.bgp(args.node_name, agent.REGISTRY)
-    return await agent.run(options, layer2=layer2, bgp=bgp, membership=member)
+    rejoining = None
+    if member is not None and args.ml_seeds:
+        rejoining = asyncio.ensure_future(_rejoin_forever(member, args.ml_seeds, args.ml_bind_port))
+    try:
+        return await agent.run(options, layer2=layer2, bgp=bgp, membership=member)
+    finally:
+        if rejoining is not None:
+            rejoining.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:

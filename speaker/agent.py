@@ -308,8 +308,7 @@ class Agent:
             self.ready.set()
 
     async def watch_membership(self) -> None:
-        if self.membership is None:
-            return
+        assert self.membership is not None
         while True:
             await self.membership.changed.wait()
             self.membership.changed.clear()
@@ -431,7 +430,8 @@ async def run(
     try:
         await agent.load()
         tasks.append(asyncio.ensure_future(agent.run()))
-        tasks.append(asyncio.ensure_future(agent.watch_membership()))
+        if membership is not None:
+            tasks.append(asyncio.ensure_future(agent.watch_membership()))
         tasks.append(asyncio.ensure_future(agent.tick()))
         tasks.append(
             asyncio.ensure_future(
