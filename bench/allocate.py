@@ -12,12 +12,13 @@ For each count N (1,000 and 10,000; `--quick`: 1,000 only) it measures, in one r
 * restart: the controller is stopped (SIGTERM, which releases the Lease) and started again
   over the N settled Services: `restart_ready_s` is spawn -> /readyz answering 200, and
   `restart_writes` the writes it made by then plus a short settling period (must be 0).
-* floor: the controller stopped, a bare client loop over the same `controller.kube.Client`,
-  with the same number of requests in flight (`controller.kube.CONCURRENCY`), PATCHes the
-  status of the same N Services to other addresses (one merge patch each, the body shape the
-  controller sends), observed through the same watch. `ratio_to_floor` is
+* floor (measured first, before any controller runs, so the cluster holds the same objects as
+  in the backlog phase): a bare client loop over the same `controller.kube.Client`, with the
+  same number of requests in flight (`controller.kube.CONCURRENCY`), PATCHes the status of N
+  other pending Services (of a loadBalancerClass the controller ignores; one merge patch
+  each, the body the controller sends), observed through the same watch. `ratio_to_floor` is
   `assign_s / floor_s`: the controller's whole pipeline against the bare minimum of writes.
-* live (not with `--quick`; before the floor): the restarted controller runs while N more
+* live (not with `--quick`): the restarted controller runs while N more
   Services are created (by this script, at the same concurrency); `live_assign_s` is from the
   first create request until all have addresses, `create_s` how long the creates alone took.
 
@@ -54,6 +55,7 @@ NAMESPACE = "metallb-system"
 POOL = "bench"
 POOL_RANGE = "100.64.0.0/14"  # room for every Service of every phase
 FLOOR_PREFIX = "198.18."  # addresses the floor writes: outside the pool, easy to tell apart
+FLOOR_CLASS = "bench.ironlb.io/floor"  # the controller ignores the floor's Services
 SETUP_CONCURRENCY = 32  # creating and deleting fixtures is not measured
 PHASE_TIMEOUT_S = 900.0
 TICK = os.sysconf("SC_CLK_TCK")
@@ -158,13 +160,15 @@ async def wait_until(what: str, probe: Any, timeout: float = PHASE_TIMEOUT_S) ->
 # --- fixtures --------------------------------------------------------------------------------
 
 
-def service(name: str) -> dict[str, Any]:
+def service(name: str, lb_class: str | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "type": "LoadBalancer",
         # A nodePort each would exhaust the node-port range (2,768) long before 10,000.
         "allocateLoadBalancerNodePorts": False,
         "ports": [{"port": 80, "protocol": "TCP"}],
     }
+    if lb_class:
+        spec["loadBalancerClass"] = lb_class
     return {"metadata": {"name": name}, "spec": spec}
 
 
@@ -178,9 +182,12 @@ async def bounded(concurrency: int, jobs: list[Any]) -> None:
     await asyncio.gather(*(one(j) for j in jobs))
 
 
-async def create_services(client: kube.Client, namespace: str, n: int, concurrency: int) -> None:
+async def create_services(
+    client: kube.Client, namespace: str, n: int, concurrency: int, lb_class: str | None = None
+) -> None:
     path = kube.core_path("services", namespace)
-    await bounded(concurrency, [client.create(path, service(f"s{i:05d}")) for i in range(n)])
+    jobs = [client.create(path, service(f"s{i:05d}", lb_class)) for i in range(n)]
+    await bounded(concurrency, jobs)
 
 
 async def ensure_namespace(client: kube.Client, name: str) -> None:
@@ -259,19 +266,48 @@ async def run_count(
     watcher = kube.Client(creds, concurrency=2)
     floor = kube.Client(creds, concurrency=concurrency)
     ctl = Controller(kubeconfig, log_dir)
-    backlog_ns, live_ns = f"backlog-{n}", f"live-{n}"
+    backlog_ns, floor_ns, live_ns = f"backlog-{n}", f"floor-{n}", f"live-{n}"
     result: dict[str, Any] = {"services": n, "concurrency": concurrency}
     try:
-        for ns in (backlog_ns, live_ns):
+        for ns in (backlog_ns, floor_ns, live_ns):
             await ensure_namespace(setup, ns)
 
-        # Backlog: N pending Services, then the controller starts.
         await create_services(setup, backlog_ns, n, SETUP_CONCURRENCY)
+        await create_services(setup, floor_ns, n, SETUP_CONCURRENCY, lb_class=FLOOR_CLASS)
+
+        # Floor first, before the controller ever runs, with the cluster holding exactly what it
+        # holds for the backlog phase: N status PATCHes of N pending Services (of a class the
+        # controller ignores), same client, same number in flight, seen through the same watch.
+        seen = Addressed(watcher, floor_ns, prefix=FLOOR_PREFIX)
+        seen.start()
+        base = kube.core_path("services", floor_ns)
+        bodies = [
+            (
+                f"{base}/s{i:05d}/status",
+                {
+                    "metadata": {"annotations": {"metallb.io/ip-allocated-from-pool": POOL}},
+                    "status": {
+                        "loadBalancer": {"ingress": [{"ip": f"{FLOOR_PREFIX}{i // 256}.{i % 256}"}]}
+                    },
+                },
+            )
+            for i in range(n)
+        ]
+        await asyncio.sleep(0.5)  # the watch is open before the clock starts, as for the controller
+        started = time.monotonic()
+        await bounded(concurrency, [floor.merge_patch(p, b) for p, b in bodies])
+        await wait_until("the floor's writes to be seen", _count(seen, n))
+        result["floor_s"] = round(seen.last_at - started, 3)
+        await seen.stop()
+        say(f"N={n}: floor (bare status PATCH loop, {concurrency} in flight) {result['floor_s']} s")
+
+        # Backlog: N pending Services, then the controller starts.
         seen = Addressed(watcher, backlog_ns)
         seen.start()
         started = ctl.start()
         await wait_until("every backlog Service to have an address", _count(seen, n))
         result["assign_s"] = round(seen.last_at - started, 3)
+        result["ratio_to_floor"] = round(result["assign_s"] / result["floor_s"], 3)
         settled_at = await settle(ctl)
         result["settle_s"] = round(settled_at - started, 3)
         writes = ctl.writes()
@@ -281,7 +317,8 @@ async def run_count(
         result["controller_peak_rss_mib"] = round(ctl.peak_rss_mib(), 1)
         await seen.stop()
         say(
-            f"N={n}: backlog addressed in {result['assign_s']} s (settled {result['settle_s']} s), "
+            f"N={n}: backlog addressed in {result['assign_s']} s "
+            f"({result['ratio_to_floor']} x floor; settled {result['settle_s']} s), "
             f"{result['writes_per_service']} writes/Service, CPU {result['controller_cpu_s']} s, "
             f"peak RSS {result['controller_peak_rss_mib']} MiB"
         )
@@ -320,41 +357,10 @@ async def run_count(
                 f"{result['live_assign_s']} s after the first create"
             )
 
-        # Floor: the bare minimum, N status PATCHes through the same client with the same
-        # number in flight, observed through the same watch. It rewrites the (now settled)
-        # backlog Services' status to other addresses: the same write the controller made.
-        ctl.stop()
-        seen = Addressed(watcher, backlog_ns, prefix=FLOOR_PREFIX)
-        seen.start()
-        base = kube.core_path("services", backlog_ns)
-        bodies = [
-            (
-                f"{base}/s{i:05d}/status",
-                {
-                    "metadata": {"annotations": {"metallb.io/ip-allocated-from-pool": "floor"}},
-                    "status": {
-                        "loadBalancer": {"ingress": [{"ip": f"{FLOOR_PREFIX}{i // 256}.{i % 256}"}]}
-                    },
-                },
-            )
-            for i in range(n)
-        ]
-        await asyncio.sleep(0.5)  # the watch is open before the clock starts, as for the controller
-        started = time.monotonic()
-        await bounded(concurrency, [floor.merge_patch(p, b) for p, b in bodies])
-        await wait_until("the floor's writes to be seen", _count(seen, n))
-        result["floor_s"] = round(seen.last_at - started, 3)
-        await seen.stop()
-        result["ratio_to_floor"] = round(result["assign_s"] / result["floor_s"], 3)
-        say(
-            f"N={n}: floor (bare status PATCH loop, {concurrency} in flight) "
-            f"{result['floor_s']} s; controller/floor = {result['ratio_to_floor']}"
-        )
-
     finally:
         ctl.stop()
         # A temporary cluster is thrown away whole; a borrowed one gets its Services back off.
-        for ns in (backlog_ns, live_ns) if cleanup else ():
+        for ns in (backlog_ns, floor_ns, live_ns) if cleanup else ():
             with contextlib.suppress(kube.ApiError):
                 await delete_services(setup, ns)
         for c in (setup, watcher, floor):
