@@ -708,13 +708,16 @@ def render(view: View) -> str:
     if not view.services:
         lines.append("  (no Service of type LoadBalancer)")
     rows = []
+    # A status object outlives a speaker that died: say so next to what it claims.
+    unreachable = {n.name for n in view.nodes if n.speaker == "error"}
     for s in view.services:
         where = []
         for a in s.announcements:
             if a.protocol == "bgp":
-                where.append(f"{a.node} -> {','.join(a.peers)}")
+                text = f"{a.node} -> {','.join(a.peers)}"
             else:
-                where.append(a.node + (f" ({','.join(a.interfaces)})" if a.interfaces else ""))
+                text = a.node + (f" ({','.join(a.interfaces)})" if a.interfaces else "")
+            where.append(text + (" (speaker unreachable)" if a.node in unreachable else ""))
         rows.append(
             [
                 f"{s.namespace}/{s.name}",

@@ -533,3 +533,18 @@ def test_speaker_metrics_targets() -> None:
     assert cli.parse_targets("http://[fd00::1]:7473/x?a=b") == [
         (None, "http://[fd00::1]:7473/x?a=b")
     ]
+
+
+def test_an_announcement_from_a_node_whose_speaker_is_unreachable_is_marked() -> None:
+    v = view(
+        nodes=[node(1), node(2)],
+        services=[svc("web", "10.1.0.1")],
+        l2_statuses=[l2status("web", "node1"), l2status("web", "node2")],
+        scrapes=[
+            sv.Scrape("http://10.0.0.11/metrics", error="connection refused"),
+            sv.Scrape("http://10.0.0.12/metrics", text=metrics()),
+        ],
+    )
+    text = sv.render(v)
+    assert "node1 (speaker unreachable); node2" in text
+    assert "node2 (speaker unreachable)" not in text
