@@ -35,7 +35,7 @@ from typing import Any
 
 import kopf
 
-from controller import certs, kube, leader, metrics, reconciling, webhook
+from controller import certs, config_reporting, kube, leader, metrics, reconciling, webhook
 from ironlb import model
 
 log = logging.getLogger("ironlb.controller")
@@ -317,7 +317,15 @@ async def run(options: Options) -> int:
                     stop_flag=kopf_stop,
                 )
             )
-            tasks += [operator, asyncio.ensure_future(reconciler.resync_forever(options.resync_s))]
+            reporter = config_reporting.Reporter(
+                client, options.namespace, me, may_write=elector.holding
+            )
+            tasks += [
+                operator,
+                asyncio.ensure_future(reconciler.resync_forever(options.resync_s)),
+                # Problems that got past admission, as conditions and Events on the objects.
+                asyncio.ensure_future(reporter.run_forever()),
+            ]
             await _first(running, keeping, stopping, operator)
         else:
             readying.cancel()

@@ -69,7 +69,17 @@ USED = {
         ("", "events", "", "list", "cluster", ""),
         ("metallb.io", "ipaddresspools", "", "list", "cluster", ""),
         ("metallb.io", "ipaddresspools", "", "watch", "cluster", ""),
-        ("metallb.io", "ipaddresspools", "status", "patch", "namespace", ""),
+        *(
+            ("metallb.io", kind, "status", "patch", "namespace", "")
+            for kind in (
+                "ipaddresspools",
+                "l2advertisements",
+                "bgpadvertisements",
+                "bgppeers",
+                "bfdprofiles",
+                "communities",
+            )
+        ),
         ("metallb.io", "ipaddresspools", "", "list", "namespace", ""),
         ("metallb.io", "l2advertisements", "", "list", "namespace", ""),
         ("metallb.io", "bgpadvertisements", "", "list", "namespace", ""),
