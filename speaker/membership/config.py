@@ -144,9 +144,11 @@ def expected_detection(config: Config, n: int) -> float:
 
     The sum of: the wait until some member probes it (the first of n - 1 uniform positions in
     round-robin cycles of n - 1 intervals: about (n - 1) / n intervals), the failed probe (one
-    interval), the suspicion (at least its minimum; confirmations arrive about one interval
-    apart, so it ends near max(minimum, the Lifeguard timeout after k confirmations)), and
-    gossip of the verdict (negligible on a LAN: it is pushed at once). See docs/membership.md.
+    interval), the suspicion, and gossip of the verdict (negligible on a LAN: it is pushed at
+    once). Every member that hears of the suspicion probes the suspect next, so the k
+    confirmations arrive together about 1.5 intervals into the suspicion (half an interval for
+    a probe in flight to end, one for the new probe to fail); the suspicion then ends at
+    max(that time, the Lifeguard timeout after k confirmations). See docs/membership.md.
     """
     if n < 2:
         return math.inf
@@ -154,13 +156,7 @@ def expected_detection(config: Config, n: int) -> float:
     first_probe = interval * (n - 1) / n
     low, high = suspicion_bounds(config, n)
     k = min(config.suspicion_confirmations, max(n - 2, 0))
-    if k == 0:
-        suspicion = low
-    else:
-        # Confirmation c arrives about c intervals after the suspicion started.
-        suspicion = high
-        for c in range(1, k + 1):
-            suspicion = min(suspicion, max(c * interval, lifeguard_timeout(low, high, k, c)))
+    suspicion = low if k == 0 else max(1.5 * interval, lifeguard_timeout(low, high, k, k))
     return first_probe + interval + suspicion
 
 
