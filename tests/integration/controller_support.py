@@ -245,6 +245,12 @@ class Cluster:
         )
         return pool
 
+    def pool_counts(self, name: str) -> dict[str, int]:
+        """The address counters of a pool's status (other status fields left out)."""
+        status = self.get_pool(name).get("status") or {}
+        keys = ("assignedIPv4", "assignedIPv6", "availableIPv4", "availableIPv6")
+        return {k: status[k] for k in keys if k in status}
+
     def patch_pool(self, name: str, spec: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object(
             "metallb.io", "v1beta1", METALLB_NAMESPACE, "ipaddresspools", name, {"spec": spec}

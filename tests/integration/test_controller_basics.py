@@ -165,7 +165,7 @@ def test_pool_status_counts_and_manual_edits_are_reverted(
     k8s.service(test_namespace, "dual", ipFamilyPolicy="RequireDualStack")
     k8s.wait_ips(test_namespace, "dual", 2)
     want = {"assignedIPv4": 1, "assignedIPv6": 1, "availableIPv4": 3, "availableIPv6": 3}
-    support.wait_for("pool status", lambda: k8s.get_pool(name).get("status") == want)
+    support.wait_for("pool status", lambda: k8s.pool_counts(name) == want)
     k8s.custom.patch_namespaced_custom_object_status(
         "metallb.io",
         "v1beta1",
@@ -181,10 +181,10 @@ def test_pool_status_counts_and_manual_edits_are_reverted(
             }
         },
     )
-    support.wait_for("pool status restored", lambda: k8s.get_pool(name).get("status") == want)
+    support.wait_for("pool status restored", lambda: k8s.pool_counts(name) == want)
     k8s.delete(test_namespace, "dual")
     free = {"assignedIPv4": 0, "assignedIPv6": 0, "availableIPv4": 4, "availableIPv6": 4}
-    support.wait_for("pool status after delete", lambda: k8s.get_pool(name).get("status") == free)
+    support.wait_for("pool status after delete", lambda: k8s.pool_counts(name) == free)
 
 
 def test_metrics_per_pool_and_allocation_latency(

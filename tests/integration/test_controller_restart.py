@@ -65,7 +65,15 @@ def test_restart_of_a_settled_cluster_keeps_every_address_and_writes_nothing(
     names = ["shared-a", "shared-b", "dual", *(f"s{i}" for i in range(5))]
     before = {n: k8s.wait_ips(test_namespace, n, 2 if n == "dual" else 1) for n in names}
     settled = {"assignedIPv4": 7, "assignedIPv6": 1, "availableIPv4": 249, "availableIPv6": 255}
-    support.wait_for("pool status", lambda: k8s.get_pool(pool).get("status") == settled)
+    support.wait_for("pool status", lambda: k8s.pool_counts(pool) == settled)
+    # The configuration check (controller.config_reporting) also settles: its Valid condition.
+    support.wait_for(
+        "the pool's Valid condition",
+        lambda: any(
+            c.get("type") == "Valid"
+            for c in (k8s.get_pool(pool).get("status") or {}).get("conditions") or []
+        ),
+    )
     pool_version = k8s.get_pool(pool)["metadata"]["resourceVersion"]
     rvs = versions(k8s, test_namespace)
     proc = restart(replicas[0])
