@@ -244,3 +244,33 @@ def test_dissemination_of_a_death_needs_no_probe_of_every_member() -> None:
     network.run_for(worst_case_detection(network.config, 32))
     times = sorted(network.first_time(o, "n7", {m.State.DEAD}) or 1e9 for o in names if o != "n7")
     assert times[-1] - times[0] < 20 * 0.001 + network.config.gossip_interval
+
+
+def test_every_member_elects_the_same_owners_before_and_after_a_failure() -> None:
+    from speaker import election
+
+    network = sim.Network(14, loss=0.02)
+    names = network.cluster(8)
+    network.run_for(3)
+    addresses = [f"192.0.2.{i}" for i in range(1, 41)]
+
+    def owners(observer: str) -> list[str | None]:
+        view = network.nodes[observer].machine.alive()
+        return [election.owner(a, view) for a in addresses]
+
+    before = {tuple(owners(o)) for o in names}
+    assert len(before) == 1
+    (table,) = before
+    victim = table[0]
+    assert victim is not None
+    network.kill(victim)
+    network.run_for(worst_case_detection(network.config, 8))
+    survivors = [n for n in names if n != victim]
+    after = {tuple(owners(o)) for o in survivors}
+    assert len(after) == 1
+    (moved,) = after
+    for address, old, new in zip(addresses, table, moved, strict=True):
+        if old == victim:
+            assert new == election.order(address, names)[1]  # the runner-up takes over
+        else:
+            assert new == old  # nothing else moves
