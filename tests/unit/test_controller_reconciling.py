@@ -310,3 +310,16 @@ async def test_pool_removal_clears_and_pool_readdition_reallocates(running: Any)
     )
     r.observe_pool("ADDED", api.pool("p2", "10.0.1.0/30"))
     await until("re-allocated", lambda: ingress(api, "a") == ["10.0.1.0"])
+
+
+async def test_resync_drops_services_the_watch_never_reported_deleted(running: Any) -> None:
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/32")
+    api.service("ghost")
+    api.service("waiting")
+    r = await running(api)
+    assert ingress(api, "ghost") == ["10.0.0.0"]
+    del api.objects[svc_path("ghost")]  # deleted, and no DELETED event ever arrives
+    await r.resync()
+    assert "default/ghost" not in r.services
+    await until("the freed address to be reused", lambda: ingress(api, "waiting") == ["10.0.0.0"])
