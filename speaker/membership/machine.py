@@ -180,10 +180,6 @@ class Machine:
         out[self.name] = m.State.LEFT if self.left else m.State.ALIVE
         return out
 
-    def address_of(self, name: str) -> m.Address | None:
-        member = self._members.get(name)
-        return member.address if member else None
-
     def next_deadline(self) -> float:
         if self.left:
             return INF

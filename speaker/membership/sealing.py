@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -172,8 +171,3 @@ class Opener:
         if not window.check_and_set(counter):
             return codec.Drop("replay")
         return packet
-
-
-def generate_secret() -> str:
-    """A fresh secret suitable for the Kubernetes Secret (printable, 256 bits)."""
-    return secrets.token_urlsafe(32)
