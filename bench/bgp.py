@@ -297,6 +297,16 @@ class Fib:
                     return t
         return None
 
+    def reached_zero(self, since: float) -> float | None:
+        """When the bulk network last became empty, at or after `since`."""
+        with self.condition:
+            for t, any_count, _ in reversed(self.timeline):
+                if t < since:
+                    return None
+                if any_count == 0:
+                    return t
+        return None
+
     def close(self) -> None:
         self.process.kill()
         self.process.wait(5)
@@ -629,19 +639,25 @@ class Usage:
 
 def wait_idle(
     lab: network_lab.Lab, deployment: deploy.Deployment, timeout: float
-) -> tuple[float, bool]:
+) -> tuple[float, bool, list[float]]:
     """Until the speakers together use under 10 % of a core over half a second (so that a
-    measurement starts from quiet speakers, not from their start-up): how long that took, and
-    whether it happened before `timeout`."""
+    measurement starts from quiet speakers, not from their start-up): how long that took,
+    whether it happened before `timeout`, and their CPU use (cores) over each 10 s."""
     started = time.monotonic()
     last = Usage.take(lab, deployment).total_cpu()
+    trace: list[float] = []
+    window_start, window_cpu = started, last
     while time.monotonic() - started < timeout:
         time.sleep(0.5)
         now = Usage.take(lab, deployment).total_cpu()
         if now - last < 0.05:
-            return time.monotonic() - started, True
+            return time.monotonic() - started, True, trace
         last = now
-    return time.monotonic() - started, False
+        if time.monotonic() - window_start >= 10:
+            trace.append(round((now - window_cpu) / (time.monotonic() - window_start), 2))
+            say(f"  speakers busy: {trace[-1]:.2f} cores over the last 10 s")
+            window_start, window_cpu = time.monotonic(), now
+    return time.monotonic() - started, False, trace
 
 
 # --- the floor: bare ExaBGP ---------------------------------------------------------------------
@@ -917,6 +933,7 @@ def bulk(
     count: int,
     trials: int,
     status_timeout: float,
+    idle_timeout: float,
     phases: dict[str, float],
 ) -> dict[str, Any]:
     """N Services exist with addresses; one BGPAdvertisement makes all of them announced.
@@ -937,7 +954,7 @@ def bulk(
     if not fib.wait(lambda: set(fib.routes.get(prefix, ())) == everyone, 120):
         raise BenchError("the small pool's routes did not come back after the restart")
     phases["routes_restart"] = round(time.monotonic() - began, 1)
-    idle, quiet = wait_idle(lab, deployment, timeout=max(60.0, count / 40))
+    idle, quiet, busy = wait_idle(lab, deployment, timeout=idle_timeout)
     phases["routes_idle"] = round(idle, 1)
     restart_cpu = Usage.take(lab, deployment).cpu_since(Usage())["nodes"]
     say(f"speakers up, {'idle' if quiet else 'NOT idle'} {idle:.1f} s after their sessions")
@@ -990,12 +1007,99 @@ def bulk(
         "status_sync_s": rounded(synced, 1),
         "status_objects_per_s": round(written / (time.monotonic() - started), 1),
         "speakers_idle": quiet,
+        "speakers_busy_cores": busy,
         "restart_cpu": restart_cpu,
         "cpu_to_fib": at_fib.cpu_since(before),
         "cpu_to_status_sync": at_status.cpu_since(before),
         "memory_at_fib": at_fib.memory(),
         "memory_at_status_sync": at_status.memory(),
     }
+
+
+def cold_start(
+    lab: network_lab.Lab, deployment: deploy.Deployment, fib: Fib, count: int
+) -> dict[str, Any]:
+    """Stop every speaker (graceful: they withdraw first) and start them again with the N
+    announced Services already there: how long until the ToR's FIB is empty, and from the
+    spawn until all N are back (what a rollout of the DaemonSet costs)."""
+    stopped = time.monotonic()
+    stop_speakers(lab, deployment)
+    emptied = fib.wait(lambda: fib.any_count == 0, timeout=60)
+    gone = fib.reached_zero(stopped) if emptied else None
+    say(f"speakers stopped; FIB empty after {None if gone is None else round(gone - stopped, 2)} s")
+    started = time.monotonic()
+    for i in range(1, lab.nodes + 1):
+        deployment.start_speaker(i)
+    fib.wait(lambda: fib.full_count >= count, timeout=max(120.0, count / 25))
+    one = fib.reached(started, 1, full=False)
+    first = fib.reached(started, count, full=False)
+    every = fib.reached(started, count, full=True)
+    say(
+        f"cold start: first route {None if one is None else round(one - started, 2)} s, "
+        f"all {None if first is None else round(first - started, 2)} s, "
+        f"ECMP {None if every is None else round(every - started, 2)} s"
+    )
+    return {
+        "stop_to_empty_fib_s": rounded(None if gone is None else gone - stopped, 3),
+        "first_route_s": rounded(None if one is None else one - started, 3),
+        "all_in_fib_s": rounded(None if first is None else first - started, 3),
+        "all_nexthops_s": rounded(None if every is None else every - started, 3),
+    }
+
+
+def bfd_session_downs(lab: network_lab.Lab) -> dict[str, int]:
+    shown = json.loads(lab.vtysh("show bfd peers counters json", check=False).stdout or "[]")
+    return {p["peer"]: int(p.get("session-down", 0)) for p in shown if "peer" in p}
+
+
+def bfd_under_load(
+    lab: network_lab.Lab, fib: Fib, count: int, window: float = 30.0
+) -> dict[str, Any]:
+    """BFD 300 ms x 3 turned on while the speakers carry N Services: does it come up, and does
+    it stay up (a speaker busy for longer than the detection time misses its packets)?"""
+    began = time.monotonic()
+    lab.vtysh("configure terminal", *TOR_BFD_ON)
+    try:
+        lab.kubectl(
+            "patch",
+            "bgppeer",
+            "tor",
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"bfdProfile": BFD_PROFILE}}),
+        )
+        everyone = node_addresses(lab, range(1, lab.nodes + 1))
+        settle = time.monotonic() + 180
+        up = False
+        while time.monotonic() < settle:
+            if tor_bfd_up(lab) >= everyone and fib.full_count >= count:
+                up = True
+                break
+            time.sleep(0.5)
+        settled = time.monotonic() - began
+        before = bfd_session_downs(lab)
+        watch_from = time.monotonic()
+        lowest = fib.full_count
+        while time.monotonic() - watch_from < window:
+            time.sleep(0.2)
+            lowest = min(lowest, fib.full_count)
+        after = bfd_session_downs(lab)
+        downs = sum(max(0, n - before.get(peer, 0)) for peer, n in after.items())
+        result = {
+            "routes": count,
+            "up_and_announced": up,
+            "settle_s": round(settled, 1),
+            "window_s": window,
+            "bfd_session_downs_in_window": downs,
+            "lowest_routes_with_all_nexthops_in_window": lowest,
+            "bfd_up_at_end": sorted(tor_bfd_up(lab)),
+        }
+        say(f"BFD under load: {result}")
+        return result
+    finally:
+        lab.vtysh("configure terminal", *TOR_BFD_OFF, check=False)
 
 
 # --- main -----------------------------------------------------------------------------------------
@@ -1072,9 +1176,18 @@ def main(argv: list[str] | None = None) -> int:
                         fib,
                         count,
                         trials,
-                        status_timeout=0 if args.quick else 300,
+                        status_timeout=0 if args.quick else 120,
+                        idle_timeout=60 if args.quick else 180,
                         phases=phases,
                     )
+                # Not with --quick: each costs another pass of every speaker over N Services.
+                cold = None
+                loaded = None
+                if not args.quick:
+                    with phase("cold_start"):
+                        cold = cold_start(lab, deployment, fib, count)
+                    with phase("bfd_under_load"):
+                        loaded = bfd_under_load(lab, fib, count)
             finally:
                 deployment.stop()
                 if args.logs is not None:
@@ -1108,6 +1221,7 @@ def main(argv: list[str] | None = None) -> int:
         "routes_10k_s": routes["all_in_fib_s"],
         "routes_10k_ecmp_s": routes["all_nexthops_s"],
         "routes_first_s": routes["first_route_s"],
+        "routes_cold_start_s": None if cold is None else cold["all_in_fib_s"],
         "floor_routes_s": floor_3["all_in_fib_s"],
         "floor_routes_ecmp_s": floor_3["all_nexthops_s"],
         "floor_one_exabgp_s": None if floor_1 is None else floor_1["all_in_fib_s"],
@@ -1150,7 +1264,11 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_rss": "node1's speaker and its ExaBGP (from /proc): CPU seconds from the POST "
             "until all routes are in the FIB, RSS at that moment",
             "status_sync": "from the POST until every speaker wrote its ServiceBGPStatus "
-            "objects (null: not within the time limit)",
+            "objects (null: not within the time limit; not waited for with --quick)",
+            "cold_start": "every speaker stopped (SIGTERM) and started again with the N "
+            "Services announced: spawn until all N are in the FIB (not with --quick)",
+            "bfd_under_load": "BFD enabled on the peer while the speakers carry N Services; "
+            "ToR BFD session-down events over 30 s once up (not with --quick)",
         },
         "status_to_fib": status,
         "status_to_fib_ecmp": status_full,
@@ -1159,6 +1277,8 @@ def main(argv: list[str] | None = None) -> int:
         "linkcut_bfd": cut_bfd,
         "routes": routes,
         "floor": floor_3,
+        "cold_start": cold,
+        "bfd_under_load": loaded,
         "phases_s": phases,
         "floor_one_exabgp": floor_1,
         "lost_trials": (trials - len(first)) + (cuts - len(no_bfd)) + (cuts - len(with_bfd)),
