@@ -370,6 +370,14 @@ class Demo:
             self.console.shell(network_lab.namespace(ns), argv, text)
         return result.stdout
 
+    def vtysh(self, command: str) -> str:
+        """FRR's shell on the ToR (`hack/lab vtysh -c ...` for a person)."""
+        result = self.lab.vtysh(command, check=False)
+        self.console.shell(
+            "ilb-tor", ["vtysh", "-c", f'"{command}"'], result.stdout + result.stderr
+        )
+        return result.stdout
+
     def get(self, *args: str) -> Any:
         return json.loads(self.lab.kubectl("get", *args, "-o", "json"))
 
@@ -571,19 +579,11 @@ class Demo:
             )
         except DemoError as e:
             self.problem(f"BGP: {e}; the ToR has next hops {self.fib(vip + '/32') or 'none'}")
-            self.run("tor", "vtysh", "--vty_socket", str(self.lab.frr_directory), "-c",
-                     "show bgp summary")  # fmt: skip
+            self.vtysh("show bgp summary")
             self.speaker_log_tail("bgp")
             return
         self.run("tor", "ip", "route", "show", f"{vip}/32")
-        self.run(
-            "tor",
-            "vtysh",
-            "--vty_socket",
-            str(self.lab.frr_directory),
-            "-c",
-            f"show bgp ipv4 unicast {vip}/32",
-        )
+        self.vtysh(f"show bgp ipv4 unicast {vip}/32")
         by_address = {
             str(self.lab.node_v4(i)): name for i, name in enumerate(self.lab.node_names, 1)
         }

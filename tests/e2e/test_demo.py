@@ -67,14 +67,17 @@ def assert_cleaned_up(lab: network_lab.Lab | None) -> None:
 
 
 def summary_value(output: str, key: str) -> str:
-    found = re.search(rf"^\s+{re.escape(key)}: (.*)$", output, re.MULTILINE)
-    assert found, f"no {key!r} in the summary:\n{output[-3000:]}"
+    parts = re.split(r"^== \d+\. Summary$", output, flags=re.MULTILINE)
+    assert len(parts) == 2, f"no summary:\n{output[-3000:]}"
+    found = re.search(rf"^\s+{re.escape(key)}: (.*)$", parts[1], re.MULTILINE)
+    assert found, f"no {key!r} in the summary:\n{parts[1]}"
     return found.group(1).strip()
 
 
 def in_range(address: str, low: object, high: object) -> bool:
     ip = ipaddress.ip_address(address)
-    return ipaddress.ip_address(str(low)) <= ip <= ipaddress.ip_address(str(high))
+    first, last = ipaddress.ip_address(str(low)), ipaddress.ip_address(str(high))
+    return ip.version == first.version and first <= ip <= last
 
 
 def test_the_demo_runs_end_to_end_and_reports_what_it_measured(
