@@ -133,7 +133,15 @@ def test_namespace(
     try:
         yield name
     finally:
-        # Without a namespace controller the namespace stays Terminating; that is harmless.
+        # Nothing here deletes a namespace's contents (no namespace controller), so Services
+        # would outlive their test and, pending, take addresses from later tests' pools.
+        for svc in core.list_namespaced_service(name).items:
+            try:
+                core.delete_namespaced_service(svc.metadata.name, name)
+            except kubernetes.client.ApiException as e:
+                if e.status != 404:
+                    raise
+        # The namespace itself then stays Terminating; that is harmless.
         try:
             core.delete_namespace(name)
         except kubernetes.client.ApiException as e:
