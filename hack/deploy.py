@@ -12,6 +12,7 @@ saw the client connect from, so a test can tell whether the client's source addr
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hack import lab as network_lab
+from hack import tools
 
 ROOT = Path(__file__).resolve().parent.parent
 ECHO_PORT = 8080
@@ -35,9 +37,27 @@ class Deployment:
     lab: network_lab.Lab
     membership_profile: str = "default"
     lease_duration: int = 3
+    # Run as the Helm chart's ServiceAccounts (its RBAC applied to the lab's cluster), so every
+    # test and bench in the lab also proves that least privilege is enough; False = admin.
+    as_chart_accounts: bool = True
     controller: subprocess.Popen[Any] | None = None
     speakers: dict[int, subprocess.Popen[Any]] = field(default_factory=dict)
     _logs: list[IO[bytes]] = field(default_factory=list)
+    _kubeconfigs: dict[str, Path] | None = None
+
+    def kubeconfig(self, component: str) -> Path:
+        """The kubeconfig a component uses: the chart's ServiceAccount, or the lab's admin."""
+        if not self.as_chart_accounts:
+            return self.lab.kubeconfig if component == "controller" else self.lab.node_kubeconfig
+        if self._kubeconfigs is None:
+            paths = tools.chart_identities(self.lab.kubeconfig, self.lab.directory / "accounts")
+            speaker = json.loads(paths["speaker"].read_text())
+            # Speakers live in node namespaces and reach the apiserver over the LAN.
+            for cluster in speaker.get("clusters") or []:
+                cluster["cluster"]["server"] = network_lab.APISERVER_FROM_NODES
+            paths["speaker"].write_text(json.dumps(speaker, indent=2))
+            self._kubeconfigs = paths
+        return self._kubeconfigs[component]
 
     @property
     def log_dir(self) -> Path:
@@ -65,7 +85,7 @@ class Deployment:
             "-m",
             "controller",
             "--kubeconfig",
-            str(self.lab.kubeconfig),
+            str(self.kubeconfig("controller")),
             "--metrics-port",
             "0",
             "--lease-duration",
@@ -97,7 +117,7 @@ class Deployment:
             "--node-name",
             self.lab.node_names[index - 1],
             "--kubeconfig",
-            str(self.lab.node_kubeconfig),
+            str(self.kubeconfig("speaker")),
             "--ml-bind-addr",
             str(me),
             "--ml-bind-port",
