@@ -13,7 +13,8 @@ For each count N (1,000 and 10,000; `--quick`: 1,000 only) it measures, in one r
   over the N settled Services: `restart_ready_s` is spawn -> /readyz answering 200, and
   `restart_writes` the writes it made by then plus a short settling period (must be 0).
 * floor (measured first, before any controller runs, so the cluster holds the same objects as
-  in the backlog phase): a bare client loop over the same `controller.kube.Client`, with the
+  in the backlog phase; its Services are deleted again before the controller starts): a bare
+  client loop over the same `controller.kube.Client`, with the
   same number of requests in flight (`controller.kube.CONCURRENCY`), PATCHes the status of N
   other pending Services (of a loadBalancerClass the controller ignores; one merge patch
   each, the body the controller sends), observed through the same watch. `ratio_to_floor` is
@@ -300,6 +301,8 @@ async def run_count(
         result["floor_s"] = round(seen.last_at - started, 3)
         await seen.stop()
         say(f"N={n}: floor (bare status PATCH loop, {concurrency} in flight) {result['floor_s']} s")
+        # Gone before the controller starts, so it sees exactly N Services (not timed).
+        await delete_services(setup, floor_ns)
 
         # Backlog: N pending Services, then the controller starts.
         seen = Addressed(watcher, backlog_ns)
@@ -360,7 +363,7 @@ async def run_count(
     finally:
         ctl.stop()
         # A temporary cluster is thrown away whole; a borrowed one gets its Services back off.
-        for ns in (backlog_ns, floor_ns, live_ns) if cleanup else ():
+        for ns in (backlog_ns, live_ns) if cleanup else ():
             with contextlib.suppress(kube.ApiError):
                 await delete_services(setup, ns)
         for c in (setup, watcher, floor):

@@ -129,12 +129,13 @@ class Reconciler:
     def observe_service(self, type_: str | None, obj: Mapping[str, Any]) -> None:
         self.metrics.updates.inc()
         key = snapshot.service_key(obj)
-        if type_ == "DELETED":
+        if type_ == "DELETED" or not snapshot.class_matches(obj, self.lb_class):
+            # Gone, or another implementation's: not kept at all (cheap for clusters full of
+            # them); if we held it, forgetting it frees its addresses on the next round.
             if self.services.pop(key, None) is not None:
                 self._mark(key)
             return
-        view = snapshot.service_view(obj)
-        self._store(view)
+        self._store(snapshot.service_view(obj))
 
     def _store(self, view: snapshot.ServiceView) -> None:
         old = self.services.get(view.key)
@@ -230,7 +231,7 @@ class Reconciler:
         seen = set()
         for svc in services:
             seen.add(snapshot.service_key(svc))
-            self._store(snapshot.service_view(svc))
+            self.observe_service(None, svc)
         for key in [k for k in self.services if k not in seen]:
             if not snapshot.newer(self.services[key].resource_version, version):
                 del self.services[key]

@@ -163,6 +163,11 @@ def handled(view: ServiceView, lb_class: str) -> bool:
     return view.lb_class == (lb_class or None)
 
 
+def class_matches(obj: Mapping[str, Any], lb_class: str) -> bool:
+    """`handled` on the raw object, before paying for a full `service_view`."""
+    return (_mapping(obj.get("spec")).get("loadBalancerClass") or None) == (lb_class or None)
+
+
 def relevant(view: ServiceView, lb_class: str) -> bool:
     """Needs a decision: ours, and a LoadBalancer or carrying status we would have to clear."""
     return handled(view, lb_class) and (view.load_balancer or view.holds_status)

@@ -323,3 +323,20 @@ async def test_resync_drops_services_the_watch_never_reported_deleted(running: A
     await r.resync()
     assert "default/ghost" not in r.services
     await until("the freed address to be reused", lambda: ingress(api, "waiting") == ["10.0.0.0"])
+
+
+async def test_a_service_that_changes_class_frees_its_address_and_keeps_its_status(
+    running: Any,
+) -> None:
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/32")
+    api.service("a")
+    api.service("b")
+    r = await running(api)
+    assert ingress(api, "a") == ["10.0.0.0"]
+    obj = api.get_obj(svc_path("a"))
+    obj["spec"]["loadBalancerClass"] = "someone.else/lb"
+    r.observe_service("MODIFIED", api.put(svc_path("a"), obj))
+    await until("b to get the freed address", lambda: ingress(api, "b") == ["10.0.0.0"])
+    assert "default/a" not in r.services
+    assert ingress(api, "a") == ["10.0.0.0"]  # not ours any more: left as it was
