@@ -19,7 +19,7 @@ For each count N (1,000 and 10,000; `--quick`: 1,000 only) it measures, in one r
   other pending Services (of a loadBalancerClass the controller ignores; one merge patch
   each, the body the controller sends), observed through the same watch. `ratio_to_floor` is
   `assign_s / floor_s`: the controller's whole pipeline against the bare minimum of writes.
-* live (not with `--quick`): the restarted controller runs while N more
+* live (1,000 only, not with `--quick`): the restarted controller runs while N more
   Services are created (by this script, at the same concurrency); `live_assign_s` is from the
   first create request until all have addresses, `create_s` how long the creates alone took.
 
@@ -57,6 +57,7 @@ POOL = "bench"
 POOL_RANGE = "100.64.0.0/14"  # room for every Service of every phase
 FLOOR_PREFIX = "198.18."  # addresses the floor writes: outside the pool, easy to tell apart
 FLOOR_CLASS = "bench.ironlb.io/floor"  # the controller ignores the floor's Services
+LIVE_MAX = 1000  # the live phase's Services per count, at most
 SETUP_CONCURRENCY = 32  # creating and deleting fixtures is not measured
 PHASE_TIMEOUT_S = 900.0
 TICK = os.sysconf("SC_CLK_TCK")
@@ -405,7 +406,7 @@ async def bench(kubeconfig: str, counts: list[int], *, live: bool, cleanup: bool
                     n,
                     kubeconfig,
                     creds,
-                    live=live,
+                    live=live and n <= LIVE_MAX,
                     cleanup=cleanup or n != counts[-1],
                     log_dir=Path(logs),
                 )
