@@ -64,7 +64,7 @@ BFD_PROFILE = "bench-fast"
 STATUS_PATH = f"/apis/metallb.io/v1beta1/namespaces/{NS}/servicebgpstatuses"
 BFD_MS = 300
 BFD_MULT = 3
-SETUP_CONCURRENCY = 16
+SETUP_CONCURRENCY = 32
 TICK = os.sysconf("SC_CLK_TCK")
 
 TOR_BFD_ON = [
@@ -1138,98 +1138,140 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             phases[name] = round(time.monotonic() - began, 1)
 
-    with network_lab.exclusive(waiting=say):
-        started = time.monotonic()  # after the wait for another session's lab
-        with network_lab.running(nodes=3) as lab:
-            say(f"lab up in {time.monotonic() - started:.1f} s")
-            phases["lab_up"] = round(time.monotonic() - started, 1)
-            fib = Fib(lab, [str(SMALL_POOL), str(BULK_NET)], str(BULK_NET), lab.nodes)
-            api = Api(lab)
-            deployment = deploy.Deployment(lab)
+    r: dict[str, Any] = {}  # what was measured so far: printed even if a later part fails
+    incomplete: str | None = None
+    started = time.monotonic()
+    try:
+        with network_lab.exclusive(waiting=say):
+            started = time.monotonic()  # after the wait for another session's lab
+            with network_lab.running(nodes=3) as lab:
+                phases["lab_up"] = round(time.monotonic() - started, 1)
+                say(f"lab up in {phases['lab_up']} s")
+                run(lab, args, trials, cuts, count, r, phase, phases)
+    except (BenchError, network_lab.LabError, AssertionError, KeyboardInterrupt) as e:
+        incomplete = f"{type(e).__name__}: {e}"
+        say(f"incomplete: {incomplete}")
+    print(json.dumps(figures(args, trials, cuts, count, r, phases, incomplete, started)))
+    return 0 if incomplete is None else 1
+
+
+def run(
+    lab: network_lab.Lab,
+    args: argparse.Namespace,
+    trials: int,
+    cuts: int,
+    count: int,
+    r: dict[str, Any],
+    phase: Callable[[str], contextlib.AbstractContextManager[None]],
+    phases: dict[str, float],
+) -> None:
+    """Every part in order, results into `r` as each completes."""
+    fib = Fib(lab, [str(SMALL_POOL), str(BULK_NET)], str(BULK_NET), lab.nodes)
+    api = Api(lab)
+    deployment = deploy.Deployment(lab)
+    tor_bfd = False
+    try:
+        with phase("floor"):
+            r["floor"] = floor(lab, fib, range(1, lab.nodes + 1), count)
+            say(f"floor, {lab.nodes} bare ExaBGPs: {r['floor']}")
+            if not args.quick:
+                r["floor_one"] = floor(lab, fib, [1], count)
+                say(f"floor, one bare ExaBGP: {r['floor_one']}")
+        with phase("speakers_up"):
+            configure(lab, trials)
+            start_speakers(lab, deployment)
+        with phase("status_to_fib"):
+            r["status"] = status_to_fib(lab, api, fib, trials)
+            say(f"ServiceBGPStatus objects: {api.count(STATUS_PATH)}")
+        with phase("linkcut_nobfd"):
+            r["no_bfd"] = link_cuts(lab, fib, cuts, bfd=False)
+        with phase("bfd_on"):
+            tor_bfd = True
+            enable_bfd(lab, fib)
+        with phase("linkcut_bfd"):
+            r["with_bfd"] = link_cuts(lab, fib, cuts, bfd=True)
+        with phase("bfd_off"):
+            stop_speakers(lab, deployment)
+            disable_bfd(lab)
             tor_bfd = False
-            try:
-                with phase("floor"):
-                    floor_3 = floor(lab, fib, range(1, lab.nodes + 1), count)
-                    say(f"floor, {lab.nodes} bare ExaBGPs: {floor_3}")
-                    floor_1 = None if args.quick else floor(lab, fib, [1], count)
-                    if floor_1 is not None:
-                        say(f"floor, one bare ExaBGP: {floor_1}")
-                with phase("speakers_up"):
-                    configure(lab, trials)
-                    start_speakers(lab, deployment)
-                with phase("status_to_fib"):
-                    first, full, patch = status_to_fib(lab, api, fib, trials)
-                    say(f"ServiceBGPStatus objects: {api.count(STATUS_PATH)}")
-                with phase("linkcut_nobfd"):
-                    no_bfd = link_cuts(lab, fib, cuts, bfd=False)
-                with phase("bfd_on"):
-                    tor_bfd = True
-                    enable_bfd(lab, fib)
-                with phase("linkcut_bfd"):
-                    with_bfd = link_cuts(lab, fib, cuts, bfd=True)
-                with phase("bfd_off"):
-                    stop_speakers(lab, deployment)
-                    disable_bfd(lab)
-                    tor_bfd = False
-                with phase("routes"):
-                    routes = bulk(
-                        lab,
-                        deployment,
-                        api,
-                        fib,
-                        count,
-                        trials,
-                        status_timeout=0 if args.quick else 120,
-                        idle_timeout=60 if args.quick else 180,
-                        phases=phases,
-                    )
-                # Not with --quick: each costs another pass of every speaker over N Services.
-                cold = None
-                loaded = None
-                if not args.quick:
-                    with phase("cold_start"):
-                        cold = cold_start(lab, deployment, fib, count)
-                    with phase("bfd_under_load"):
-                        loaded = bfd_under_load(lab, fib, count)
-            finally:
-                deployment.stop()
-                if args.logs is not None:
-                    shutil.copytree(lab.directory / "logs", args.logs, dirs_exist_ok=True)
-                    with contextlib.suppress(FileNotFoundError):
-                        shutil.copytree(
-                            lab.directory / "bench-bgp-floor",
-                            args.logs / "floor",
-                            dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("go-*"),
-                        )
-                if tor_bfd:
-                    lab.vtysh("configure terminal", *TOR_BFD_OFF, check=False)
-                api.close()
-                overflows = fib.overflows
-                fib.close()
+        with phase("routes"):
+            r["routes"] = bulk(
+                lab,
+                deployment,
+                api,
+                fib,
+                count,
+                trials,
+                status_timeout=0 if args.quick else 60,
+                idle_timeout=60,
+                phases=phases,
+            )
+        # Not with --quick: each costs another pass of every speaker over N Services.
+        if not args.quick:
+            with phase("cold_start"):
+                r["cold"] = cold_start(lab, deployment, fib, count)
+            with phase("bfd_under_load"):
+                r["loaded"] = bfd_under_load(lab, fib, count)
+    finally:
+        deployment.stop()
+        if args.logs is not None:
+            shutil.copytree(lab.directory / "logs", args.logs, dirs_exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                shutil.copytree(
+                    lab.directory / "bench-bgp-floor",
+                    args.logs / "floor",
+                    dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("go-*"),
+                )
+        if tor_bfd:
+            lab.vtysh("configure terminal", *TOR_BFD_OFF, check=False)
+        api.close()
+        r["overflows"] = fib.overflows
+        fib.close()
+
+
+def figures(
+    args: argparse.Namespace,
+    trials: int,
+    cuts: int,
+    count: int,
+    r: dict[str, Any],
+    phases: dict[str, float],
+    incomplete: str | None,
+    started: float,
+) -> dict[str, Any]:
+    first, full, patch = r.get("status", ([], [], []))
+    no_bfd: list[float] = r.get("no_bfd", [])
+    with_bfd: list[float] = r.get("with_bfd", [])
+    routes: dict[str, Any] = r.get("routes", {})
+    floor_3: dict[str, Any] = r.get("floor", {})
+    floor_1: dict[str, Any] | None = r.get("floor_one")
+    cold: dict[str, Any] | None = r.get("cold")
     status = distribution(first)
     status_full = distribution(full)
     cut_plain = distribution(no_bfd)
     cut_bfd = distribution(with_bfd)
-    node1_cpu = routes["cpu_to_fib"]["nodes"].get("node1", {})
-    node1_memory = routes["memory_at_fib"]["nodes"].get("node1", {})
-    figures: dict[str, Any] = {
+    node1_cpu = routes.get("cpu_to_fib", {}).get("nodes", {}).get("node1", {})
+    node1_memory = routes.get("memory_at_fib", {}).get("nodes", {}).get("node1", {})
+    in_fib = routes.get("all_in_fib_s")
+    return {
         "bench": "bgp",
         "quick": args.quick,
+        "incomplete": incomplete,
         "nodes": 3,
         "status_to_fib_median_s": status["median"],
         "status_to_fib_p99_s": status["p99"],
         "status_to_fib_ecmp_p99_s": status_full["p99"],
         "routes_n": count,
-        "routes_10k_s": routes["all_in_fib_s"],
-        "routes_10k_ecmp_s": routes["all_nexthops_s"],
-        "routes_first_s": routes["first_route_s"],
+        "routes_10k_s": in_fib,
+        "routes_10k_ecmp_s": routes.get("all_nexthops_s"),
+        "routes_first_s": routes.get("first_route_s"),
         "routes_cold_start_s": None if cold is None else cold["all_in_fib_s"],
-        "floor_routes_s": floor_3["all_in_fib_s"],
-        "floor_routes_ecmp_s": floor_3["all_nexthops_s"],
+        "floor_routes_s": floor_3.get("all_in_fib_s"),
+        "floor_routes_ecmp_s": floor_3.get("all_nexthops_s"),
         "floor_one_exabgp_s": None if floor_1 is None else floor_1["all_in_fib_s"],
-        "routes_vs_floor": ratio(routes["all_in_fib_s"], floor_3["all_in_fib_s"]),
-        "routes_ecmp_vs_floor": ratio(routes["all_nexthops_s"], floor_3["all_nexthops_s"]),
+        "routes_vs_floor": ratio(in_fib, floor_3.get("all_in_fib_s")),
+        "routes_ecmp_vs_floor": ratio(routes.get("all_nexthops_s"), floor_3.get("all_nexthops_s")),
         "linkcut_bfd_s": cut_bfd["median"],
         "linkcut_bfd_max_s": cut_bfd["max"],
         "linkcut_nobfd_s": cut_plain["median"],
@@ -1239,7 +1281,7 @@ def main(argv: list[str] | None = None) -> int:
         "exabgp_cpu_s": node1_cpu.get("exabgp"),
         "speaker_rss_mb": node1_memory.get("speaker", {}).get("rss_mb"),
         "exabgp_rss_mb": node1_memory.get("exabgp", {}).get("rss_mb"),
-        "status_sync_s": routes["status_sync_s"],
+        "status_sync_s": routes.get("status_sync_s"),
         "targets": {
             "status_to_fib_p99_s": 0.5,
             "routes_10k_s": 15.0,
@@ -1247,34 +1289,10 @@ def main(argv: list[str] | None = None) -> int:
         },
         "meets": {
             "status_to_fib_p99_s": status["p99"] is not None and float(status["p99"]) < 0.5,
-            "routes_10k_s": routes["all_in_fib_s"] is not None
-            and float(routes["all_in_fib_s"]) < 15.0
-            and count >= 10000,
+            "routes_10k_s": in_fib is not None and float(in_fib) < 15.0 and count >= 10000,
             "linkcut_bfd_s": cut_bfd["max"] is not None and float(cut_bfd["max"]) < 1.0,
         },
-        "what": {
-            "status_to_fib": "3 speakers, no controller: from just before the bench's PATCH of "
-            "status.loadBalancer.ingress until the /32 is in the ToR's kernel FIB (first "
-            "nexthop; _ecmp_: all 3)",
-            "routes": f"{count} Services with EndpointSlices and addresses exist, 3 speakers "
-            "idle; from the POST of the BGPAdvertisement selecting their pool until all "
-            f"{count} /32s are in the ToR's FIB (one nexthop; _ecmp_: all 3)",
-            "floor": f"bare ExaBGP per node (same 3 nodes) fed the same {count} routes in the "
-            "same API lines at one moment, until all are in the FIB; floor_one_exabgp: one "
-            "node alone (lab notes' method)",
-            "linkcut": "eth0 of an announcing node set down until the ToR's FIB drops its "
-            "nexthop; no BFD: hold time 3 s (FRR timers 1 3); BFD: 300 ms x 3 both sides",
-            "cpu_rss": "node1's speaker and its ExaBGP (from /proc): CPU seconds from the POST "
-            "until all routes are in the FIB, RSS at that moment",
-            "status_sync": "from the POST until every speaker wrote its ServiceBGPStatus "
-            "objects (null: not within the time limit; not waited for with --quick)",
-            "cold_start": "every speaker stopped (SIGTERM) and started again with the N "
-            "Services announced: spawn until all N are in the FIB (not with --quick)",
-            "bfd_under_load": "right after the cold start, BFD enabled on the peer while the "
-            "speakers carry N Services; over 30 s once up: peers dropping out of the ToR's "
-            "up BFD / established BGP sessions, fewest routes with all nexthops (not with "
-            "--quick)",
-        },
+        "what": WHAT,
         "status_to_fib": status,
         "status_to_fib_ecmp": status_full,
         "status_patch_round_trip": distribution(patch),
@@ -1282,16 +1300,38 @@ def main(argv: list[str] | None = None) -> int:
         "linkcut_bfd": cut_bfd,
         "routes": routes,
         "floor": floor_3,
-        "cold_start": cold,
-        "bfd_under_load": loaded,
-        "phases_s": phases,
         "floor_one_exabgp": floor_1,
+        "cold_start": cold,
+        "bfd_under_load": r.get("loaded"),
+        "phases_s": phases,
         "lost_trials": (trials - len(first)) + (cuts - len(no_bfd)) + (cuts - len(with_bfd)),
-        "fib_watch_overflows": overflows,
+        "fib_watch_overflows": r.get("overflows"),
         "elapsed_s": round(time.monotonic() - started, 1),
     }
-    print(json.dumps(figures))
-    return 0
+
+
+WHAT = {
+    "status_to_fib": "3 speakers, no controller: from just before the bench's PATCH of "
+    "status.loadBalancer.ingress until the /32 is in the ToR's kernel FIB (first nexthop; "
+    "_ecmp_: all 3)",
+    "routes": "routes_n Services with EndpointSlices and addresses exist and 3 speakers run "
+    "(idle if routes.speakers_idle); from the POST of the BGPAdvertisement selecting their "
+    "pool until all /32s are in the ToR's FIB (one nexthop; _ecmp_: all 3)",
+    "floor": "bare ExaBGP per node (same 3 nodes) fed the same routes in the same API lines "
+    "at one moment, until all are in the FIB; floor_one_exabgp: one node alone (lab notes' "
+    "method)",
+    "linkcut": "eth0 of an announcing node set down until the ToR's FIB drops its nexthop; "
+    "no BFD: hold time 3 s (FRR timers 1 3); BFD: 300 ms x 3 both sides",
+    "cpu_rss": "node1's speaker and its ExaBGP (from /proc): CPU seconds from the POST until "
+    "all routes are in the FIB, RSS at that moment",
+    "status_sync": "from the POST until every speaker wrote its ServiceBGPStatus objects "
+    "(null: not within 60 s; not waited for with --quick)",
+    "cold_start": "every speaker stopped (SIGTERM) and started again with the Services "
+    "announced: spawn until all are in the FIB (not with --quick)",
+    "bfd_under_load": "right after the cold start, BFD enabled on the peer while the speakers "
+    "carry the Services; over 30 s once up: peers dropping out of the ToR's up BFD / "
+    "established BGP sessions, fewest routes with all nexthops (not with --quick)",
+}
 
 
 if __name__ == "__main__":
