@@ -1203,7 +1203,7 @@ def run(
                 count,
                 trials,
                 status_timeout=0 if args.quick else 60,
-                idle_timeout=60,
+                idle_timeout=15 if args.quick else 60,
                 phases=phases,
             )
         # Not with --quick: each costs another pass of every speaker over N Services.
