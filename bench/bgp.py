@@ -1,24 +1,27 @@
 """BGP mode, measured in the lab: how fast a Service reaches the ToR's FIB, and how fast it leaves.
 
-Four measurements, each against the ToR's kernel FIB as a netlink watcher in `ilb-tor` sees it
+Every figure is read from the ToR's kernel FIB as a netlink watcher in `ilb-tor` sees it
 (timestamps on CLOCK_MONOTONIC, which every namespace shares, so they compare with this process's
 clock):
 
 * status to FIB: three speakers run, no controller; the bench PATCHes a Service's
   `status.loadBalancer.ingress` itself and times until the /32 is in the FIB (first nexthop, and
   all three nexthops). The clock starts before the PATCH is sent.
+* link cut: one announcing node's LAN link goes down; time until the ToR's FIB drops its nexthop,
+  without BFD (hold time 3 s, FRR `timers 1 3`) and with BFD (300 ms x 3 on both sides).
 * N routes (10,000; `--quick`: 1,000): N Services with EndpointSlices and an address in a pool
   10.200.0.0/16 exist while no BGPAdvertisement selects that pool; the bench creates one and
   times until all N /32s are in the FIB (one nexthop, and three). Side by side, the floor: bare
   ExaBGP processes, one per node, fed the same N routes directly in the same API lines our
   speaker writes (`announce attributes ... nlri`, 500 prefixes a line), and one ExaBGP alone
-  (lab-notes' method). CPU seconds and RSS of each speaker and its ExaBGP come from /proc.
-* link cut: one announcing node's LAN link goes down; time until the ToR's FIB drops its nexthop,
-  without BFD (hold time 3 s, FRR `timers 1 3`) and with BFD (300 ms x 3 on both sides).
+  (lab notes' method). CPU seconds and RSS of each speaker and its ExaBGP come from /proc.
+* not with `--quick`: a cold start (every speaker restarted with the N Services announced) and
+  BFD turned on while the speakers carry N Services (does it stay up?).
 
-    python -m bench.bgp [--quick] [--trials N] [--cuts N] [--routes N]
+    python -m bench.bgp [--quick] [--trials N] [--cuts N] [--routes N] [--logs DIR]
 
-Progress goes to stderr; the last line printed is one JSON object with the figures.
+Progress goes to stderr; the last line printed is one JSON object with the figures (with
+`incomplete` set, and what was measured until then, if a part failed or the run was stopped).
 """
 
 from __future__ import annotations
@@ -347,7 +350,8 @@ class Api:
                 raw = response.read()
                 break
             except (http.client.HTTPException, OSError):
-                # The server closed an idle connection; every timed request is idempotent.
+                # The server closed an idle connection. The PATCHes are idempotent; the one
+                # create would get a 409 on a retry after a lost answer, and say so.
                 self.connection.close()
                 self.connection = self._connect()
                 if attempt == 2:
@@ -939,8 +943,10 @@ def bulk(
     """N Services exist with addresses; one BGPAdvertisement makes all of them announced.
 
     The speakers are stopped while the Services are written (30,000 writes for 10,000 would
-    otherwise each cost every speaker a pass over the whole cluster) and started again after,
-    and the clock starts once they are idle: this measures announcing, not start-up."""
+    otherwise each cost every speaker a pass over the whole cluster) and started again after.
+    The clock starts once they are idle, so that this measures announcing and not start-up,
+    or after `idle_timeout` if they never get there (`speakers_idle` says which; with 10,000
+    Services they do not, see docs/bgp.md)."""
     began = time.monotonic()
     asyncio.run(create_bulk(lab, count))
     phases["routes_create"] = round(time.monotonic() - began, 1)
