@@ -99,3 +99,17 @@ def ingress(lab: network_lab.Lab, namespace: str, name: str, count: int) -> list
 
     found: list[str] = deploy.wait_until(f"{namespace}/{name} to get {count} address(es)", read)
     return found
+
+
+def status_nodes(lab: network_lab.Lab, plural: str, namespace: str) -> set[str] | None:
+    """Nodes named by the speakers' status objects for a namespace's Services; None while one
+    has been created but its status not written yet (two requests: object, then status)."""
+    listed = json.loads(lab.kubectl("get", plural, "-n", "metallb-system", "-o", "json"))
+    mine = [
+        s
+        for s in listed["items"]
+        if (s["metadata"].get("labels") or {}).get("metallb.io/service-namespace") == namespace
+    ]
+    if any(not s.get("status") for s in mine):
+        return None
+    return {s["status"]["node"] for s in mine}

@@ -102,9 +102,14 @@ def test_cluster_policy_gives_ecmp_over_every_node(
     # The alias resolved to 65535:65281, which FRR prints by its well-known name.
     assert path["community"]["string"].split() == ["64512:100", "no-export"]
     assert path["largeCommunity"]["string"] == "64512:1:2"
+    deploy.wait_until(
+        "a ServiceBGPStatus from every node",
+        lambda: (
+            objects.status_nodes(lab, "servicebgpstatuses", app_namespace) == set(lab.node_names)
+        ),
+    )
     statuses = json.loads(lab.kubectl("get", "servicebgpstatuses", "-n", NS, "-o", "json"))
     mine = [s for s in statuses["items"] if s["status"]["serviceNamespace"] == app_namespace]
-    assert {s["status"]["node"] for s in mine} == set(lab.node_names)
     assert all(s["status"]["peers"] == ["tor"] for s in mine)
     # The IPv4 session carries no IPv6 routes unless it is dual-stack (MetalLB's rule).
     assert fib(lab, f"{v6}/128") == set()

@@ -107,12 +107,11 @@ def test_one_node_answers_arp_and_ndp(
     touch(lab, v4)
     assert neighbour_mac(lab, v4) == lab.node_mac(owner4)
 
-    statuses = json.loads(lab.kubectl("get", "servicel2statuses", "-n", NS, "-o", "json"))["items"]
-    mine = [s for s in statuses if s["status"]["serviceNamespace"] == app_namespace]
-    assert {s["status"]["node"] for s in mine} == {
-        lab.node_names[owner4 - 1],
-        lab.node_names[owner6 - 1],
-    }
+    owners = {lab.node_names[owner4 - 1], lab.node_names[owner6 - 1]}
+    deploy.wait_until(
+        "the owners' ServiceL2Status",
+        lambda: objects.status_nodes(lab, "servicel2statuses", app_namespace) == owners,
+    )
     events = json.loads(lab.kubectl("get", "events", "-n", app_namespace, "-o", "json"))["items"]
     assert any(
         e["reason"] == "nodeAssigned" and lab.node_names[owner4 - 1] in e["message"] for e in events
