@@ -444,7 +444,9 @@ class Demo:
     def start_ironlb(self) -> None:
         c = self.console
         c.step("ironlb: a controller and one speaker per node")
-        deployment = deploy.Deployment(self.lab)
+        # As the Helm chart's ServiceAccounts, with its RBAC: what runs here is what a cluster
+        # would grant. A kept lab uses the admin instead: the accounts' tokens expire in 2 h.
+        deployment = deploy.Deployment(self.lab, as_chart_accounts=not self.keep)
         self.deployment = deployment
         log = open(deployment.log_dir / "controller.log", "ab")  # noqa: SIM115 - closed at the end
         self._logs.append(log)
@@ -456,7 +458,7 @@ class Demo:
             "-m",
             "controller",
             "--kubeconfig",
-            str(self.lab.node_kubeconfig),
+            str(deployment.kubeconfig("controller")),
             "--metrics-port",
             str(CONTROLLER_METRICS_PORT),
             "--lease-duration",
@@ -469,9 +471,14 @@ class Demo:
             deployment.start_speaker(i)
         self.backends = deploy.Backends(self.lab)
         self.backends.start()
+        identity = (
+            "the lab's admin (a kept lab outlives ServiceAccount tokens)"
+            if self.keep
+            else "the Helm chart's ServiceAccounts, with the chart's RBAC"
+        )
         c.say(
             f"controller in ilb-cp; speakers in ilb-node1..{self.lab.nodes} (membership on UDP "
-            f"7946, encrypted); logs in {deployment.log_dir}\n"
+            f"7946, encrypted); running as {identity}; logs in {deployment.log_dir}\n"
             "kube-proxy stand-in: on each node an echo server that answers "
             '"<node> <client address>", behind an nftables DNAT for the Service addresses'
         )
