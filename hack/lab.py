@@ -433,6 +433,12 @@ class Lab:
     def up(self) -> None:
         self.check_prerequisites()
         existing = _lab_namespaces()
+        if existing and not any(_namespace_pids(ns) for ns in existing):
+            # A lab whose every process is gone (its session was killed: processes end, network
+            # namespaces stay): nothing is using it, so it is removed rather than refused.
+            log(f"removing the remains of a stopped lab: {', '.join(existing)}")
+            self.down()
+            existing = _lab_namespaces()
         if existing:
             raise LabError(
                 f"a lab is already running (namespaces {', '.join(existing)}); "
