@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -185,6 +186,9 @@ class Controller:
             self.kill()
             return None
 
+    def discard_logs(self) -> None:
+        shutil.rmtree(self.log_dir, ignore_errors=True)
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
@@ -210,6 +214,7 @@ def module_controller(
         yield proc
     finally:
         proc.stop()
+        proc.discard_logs()
 
 
 # --- objects ------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ def replicas(kubeconfig: str, lease: str) -> Iterator[list[Controller]]:
     finally:
         for p in procs:
             p.stop()
+            p.discard_logs()
 
 
 def versions(k8s: Cluster, namespace: str) -> dict[str, str]:
