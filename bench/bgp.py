@@ -1053,6 +1053,22 @@ def cold_start(
     }
 
 
+def speakers_running_bfd(lab: network_lab.Lab) -> int:
+    """Speakers whose metrics show a BFD session to the ToR at all (up or not): tells a speaker
+    that has not applied the BFDProfile yet from one whose session cannot come up. The metrics
+    are served from a thread of their own, so a busy speaker still answers."""
+    probe = (
+        "import urllib.request; print(urllib.request.urlopen("
+        "'http://127.0.0.1:7473/metrics', timeout=10).read().decode())"
+    )
+    running = 0
+    for i in range(1, lab.nodes + 1):
+        out = lab.exec(network_lab.node_namespace(i), sys.executable, "-c", probe).stdout
+        wanted = f'metallb_bfd_session_up{{peer="{network_lab.TOR_LAN_V4}"}}'
+        running += any(line.startswith(wanted) for line in out.splitlines())
+    return running
+
+
 def bfd_under_load(
     lab: network_lab.Lab, fib: Fib, count: int, window: float = 30.0
 ) -> dict[str, Any]:
@@ -1104,6 +1120,7 @@ def bfd_under_load(
             "bgp_drops": bgp_drops,
             "lowest_routes_with_all_nexthops": lowest,
             "bfd_up_at_end": len(tor_bfd_up(lab) & everyone),
+            "speakers_running_bfd_at_end": speakers_running_bfd(lab),
         }
         say(f"BFD under load: {result}")
         return result
