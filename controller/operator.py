@@ -164,22 +164,27 @@ def settings() -> kopf.OperatorSettings:
     return s
 
 
+def connection_info(credentials: kube.Credentials) -> kopf.ConnectionInfo:
+    """Our credentials for kopf's watches, so both talk to one server as one user."""
+    return kopf.ConnectionInfo(
+        server=credentials.server,
+        ca_path=credentials.ca_file,
+        insecure=credentials.insecure,
+        token=credentials.bearer(),
+        scheme="Bearer" if credentials.bearer() else None,
+        certificate_path=credentials.cert_file,
+        private_key_path=credentials.key_file,
+        default_namespace=credentials.namespace,
+    )
+
+
 def registry(reconciler: reconciling.Reconciler, credentials: kube.Credentials) -> Any:
     r = kopf.OperatorRegistry()
     pool_plural, pool_versions = model.RESOURCES[model.IP_ADDRESS_POOL]
 
     @kopf.on.login(registry=r)
     def login(**_: Any) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(
-            server=credentials.server,
-            ca_path=credentials.ca_file,
-            insecure=credentials.insecure,
-            token=credentials.bearer(),
-            scheme="Bearer" if credentials.bearer() else None,
-            certificate_path=credentials.cert_file,
-            private_key_path=credentials.key_file,
-            default_namespace=credentials.namespace,
-        )
+        return connection_info(credentials)
 
     @kopf.on.event("v1", "services", registry=r)
     async def service_event(event: Mapping[str, Any], **_: Any) -> None:

@@ -367,16 +367,7 @@ def registry(agent: Agent, credentials: kube.Credentials) -> Any:
 
     @kopf.on.login(registry=r)
     def login(**_: Any) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(
-            server=credentials.server,
-            ca_path=credentials.ca_file,
-            insecure=credentials.insecure,
-            token=credentials.bearer(),
-            scheme="Bearer" if credentials.bearer() else None,
-            certificate_path=credentials.cert_file,
-            private_key_path=credentials.key_file,
-            default_namespace=credentials.namespace,
-        )
+        return shell.connection_info(credentials)
 
     def feed(kind: str) -> Callable[..., Awaitable[None]]:
         async def handler(event: Mapping[str, Any], **_: Any) -> None:
