@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from controller import kube, operator
+from controller import kube, logs, operator
 
 
 def parse_args(argv: list[str] | None = None) -> operator.Options:
@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> operator.Options:
     parser.add_argument(
         "--lease-duration", type=int, default=15, help="Lease duration in seconds (>= 1)"
     )
-    parser.add_argument("--log-level", default="info", choices=sorted(operator.LEVELS))
+    parser.add_argument("--log-level", default="info", choices=sorted(logs.LEVELS))
     args = parser.parse_args(argv)
     if args.lease_duration < 1:
         parser.error("--lease-duration must be at least 1")
@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> operator.Options:
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
-    operator.configure_logging(options.log_level)
+    logs.configure_logging(options.log_level)
     try:
         return asyncio.run(operator.run(options))
     except kube.ConfigError as e:

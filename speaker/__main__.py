@@ -15,12 +15,13 @@ import socket
 import sys
 from pathlib import Path
 
-from controller import operator as shell
+from controller import logs
 from speaker import agent, appliers
 from speaker.membership import config as membership_config
 from speaker.membership import messages as membership_messages
 from speaker.membership import metrics as membership_metrics
 from speaker.membership import node as membership
+from speaker.membership import threaded as membership_threaded
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -63,7 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-layer2", action="store_true", help="do not answer ARP/NDP")
     parser.add_argument("--no-bgp", action="store_true", help="do not run BGP")
     parser.add_argument("--ignore-exclude-lb", action="store_true")
-    parser.add_argument("--log-level", default="info", choices=sorted(shell.LEVELS))
+    parser.add_argument("--log-level", default="info", choices=sorted(logs.LEVELS))
     return parser.parse_args(argv)
 
 
@@ -88,7 +89,7 @@ def resolve_seeds(text: str, port: int) -> list[membership_messages.Address]:
     return list(seeds)
 
 
-async def _rejoin_forever(member: membership.Node, text: str, port: int) -> None:
+async def _rejoin_forever(member: membership_threaded.ThreadedNode, text: str, port: int) -> None:
     """Seeds change as speakers come and go; look them up again now and then."""
     while True:
         await asyncio.sleep(REJOIN_EVERY_S)
@@ -116,19 +117,20 @@ async def _run(args: argparse.Namespace) -> int:
         ignore_exclude_lb=args.ignore_exclude_lb,
         log_level=args.log_level,
     )
-    member: membership.Node | None = None
+    member: membership_threaded.ThreadedNode | None = None
     if args.ml_bind_addr:
         config = membership_config.PROFILES[args.ml_profile]
         seeds = resolve_seeds(args.ml_seeds, args.ml_bind_port)
         files = _keyring_files(args.ml_secret_key_path)
-        member = membership.Node(
+        node = membership.Node(
             args.node_name,
             membership.parse_address(args.ml_bind_addr, args.ml_bind_port),
             seeds=seeds,
             keyring=membership.load_keyring(files) if files else None,
             config=config,
         )
-        membership_metrics.register(member, agent.REGISTRY)
+        membership_metrics.register(node, agent.REGISTRY)
+        member = membership_threaded.ThreadedNode(node)
         await member.start()
     layer2 = None if args.no_layer2 else await appliers.layer2(agent.REGISTRY)
     bgp = None if args.no_bgp else appliers.bgp(args.node_name, agent.REGISTRY)
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.node_name:
         print("error: --node-name (or NODE_NAME) is required", file=sys.stderr)
         return 2
-    shell.configure_logging(args.log_level)
+    logs.configure_logging(args.log_level)
     return asyncio.run(_run(args))
 
 

@@ -3,12 +3,16 @@
 Start-up order, and why:
 1. membership starts (so other speakers see us early) and metrics listen;
 2. Services, EndpointSlices, Nodes, the metallb.io kinds, our status objects and the Secret names
-   are LISTed: nothing is decided from a partial view;
-3. the loop runs: whenever anything changed (a watch event, a membership change, a periodic
-   tick), the whole snapshot is rebuilt, the pure plans computed (`speaker.desired`), handed to the
-   layer 2 and BGP appliers (which diff against what they applied), and our status objects
-   synced;
-4. kopf starts watching, feeding the same store.
+   are LISTed: nothing is decided from a partial view; each kind is then watched from its
+   list's resourceVersion (`speaker.watching`), feeding the same store;
+3. the loop runs: whenever something a pass reads changed (a watch event the Store says
+   matters, a membership change, a periodic tick), the whole snapshot is rebuilt, the pure plans
+   computed (`speaker.desired`) and handed to the layer 2 and BGP appliers (which diff against
+   what they applied). After a pass that took T the next waits at least T, so that however fast
+   events come, at least half of the loop's time is left to ExaBGP's acknowledgements, BFD
+   timers and the status writer;
+4. the status writer converges our status objects on what the latest pass wanted, several
+   requests at a time, apart from the loop: announcing never waits for the API server.
 On SIGTERM: leave membership first (the others take over at once), stop answering, withdraw BGP
 routes, then exit.
 """
@@ -19,25 +23,28 @@ import asyncio
 import base64
 import contextlib
 import datetime
+import gc
 import logging
 import secrets as random_names
 import signal
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import kopf
 import prometheus_client
 
 from controller import kube
-from controller import operator as shell
 from ironlb import addresses, events, model
 from ironlb.problems import Problem
-from speaker import desired, snapshot, status
+from speaker import desired, snapshot, status, watching
 
 log = logging.getLogger("ironlb.speaker")
 
 DEBOUNCE_S = 0.005
+MAX_PAUSE_S = 2.0  # the pause after a pass never grows beyond this, however long it took
+STATUS_CONCURRENCY = 8
+EVENT_CONCURRENCY = 4
 TICK_S = 10.0
 SECRETS_EVERY_S = 30.0
 
@@ -117,30 +124,69 @@ class Agent:
     _problems: list[Problem] = field(default_factory=list)
     _metric_labels: set[tuple[str, str, str, str]] = field(default_factory=set)
     _posting: set[asyncio.Future[None]] = field(default_factory=set)
+    _wanted_status: dict[str, list[status.Wanted]] = field(default_factory=dict)
+    _status_dirty: asyncio.Event = field(default_factory=asyncio.Event)
+    _event_gate: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(EVENT_CONCURRENCY)
+    )
+    last_pass_s: float = 0.0
+    _superseded: set[str] = field(default_factory=set)  # resourceVersions of our own creates
+
+    def __post_init__(self) -> None:
+        self.store.status_node = self.options.node_name
 
     # --- inputs -----------------------------------------------------------------------------
 
     def observe(self, kind: str, event_type: str | None, obj: Mapping[str, Any]) -> None:
-        self.store.put(kind, event_type, obj)
-        self.dirty.set()
+        if kind in snapshot.STATUS_KINDS:
+            self._observe_status(kind, event_type, obj)
+        elif self.store.put(kind, event_type, obj):
+            self.dirty.set()
 
-    async def load(self) -> None:
+    def _observe_status(self, kind: str, event_type: str | None, obj: Mapping[str, Any]) -> None:
+        """Our status objects are the writer's business, not a pass's: a pass does not read them.
+
+        The writer creates an object and then sets its status; the watch event for the create
+        (status still empty) arrives after the store already holds the status we set, and is
+        dropped rather than taken for somebody else's change."""
+        version = _map(obj.get("metadata")).get("resourceVersion")
+        if event_type != "DELETED" and version in self._superseded:
+            self._superseded.discard(version)
+            return
+        if self.store.put(kind, event_type, obj):
+            self._status_dirty.set()
+
+    def relisted(self, kind: str, items: list[Mapping[str, Any]]) -> None:
+        if kind in snapshot.STATUS_KINDS:
+            self._superseded.clear()
+            if self.store.replace(kind, items):
+                self._status_dirty.set()
+        elif self.store.replace(kind, items):
+            self.dirty.set()
+
+    def sources(self) -> list[watching.Source]:
         ns = self.options.namespace
-        lists: list[tuple[str, str]] = [
-            ("Service", kube.core_path("services")),
-            ("Node", kube.core_path("nodes")),
-            ("EndpointSlice", "/apis/discovery.k8s.io/v1/endpointslices"),
+        found = [
+            watching.Source("Service", kube.core_path("services")),
+            watching.Source("Node", kube.core_path("nodes")),
+            watching.Source("EndpointSlice", "/apis/discovery.k8s.io/v1/endpointslices"),
         ]
         for kind in (*model.CONFIG_KINDS, status.L2, status.BGP):
             plural, versions = model.RESOURCES[kind]
-            lists.append((kind, kube.group_path(model.GROUP, versions[-1], plural, ns)))
-        for kind, path in lists:
-            items, _ = await self.client.list(path)
-            for item in items:
-                item.setdefault("kind", kind)
-                self.store.put(kind, None, item)
+            found.append(
+                watching.Source(kind, kube.group_path(model.GROUP, versions[-1], plural, ns))
+            )
+        return found
+
+    async def load(self) -> dict[watching.Source, str]:
+        """LIST every kind; returns the resourceVersion each kind's watch starts from."""
+        versions = {}
+        for source in self.sources():
+            items, versions[source] = await watching.list_kind(self.client, source)
+            self.store.replace(source.kind, items)
         await self.load_secrets()
         CONFIG_LOADED.set(1)
+        return versions
 
     async def load_secrets(self) -> None:
         """Secret names in our namespace (dangling-reference checks) and BGP passwords, which
@@ -153,8 +199,8 @@ class Agent:
             if s.get("type") == "kubernetes.io/basic-auth"
             and (password := _decoded(s.get("data"), "password")) is not None
         }
-        if names != self.store.secrets or passwords != self.passwords:
-            self.store.secrets = dict(names)
+        changed = self.store.set_secrets(names)
+        if changed or passwords != self.passwords:
             self.passwords = passwords
             self.dirty.set()
 
@@ -191,10 +237,11 @@ class Agent:
                 snap.config, snap.nodes.get(me), bgp_plan, self.passwords
             )
         self._account(l2, reached, snap)
-        await self._sync_status(
-            status.L2, status.wanted_l2(me, l2 if self.layer2 is not None else _EMPTY_L2)
-        )
-        await self._sync_status(status.BGP, status.wanted_bgp(me, reached))
+        self._wanted_status = {
+            status.L2: status.wanted_l2(me, l2 if self.layer2 is not None else _EMPTY_L2),
+            status.BGP: status.wanted_bgp(me, reached),
+        }
+        self._status_dirty.set()
 
     def _account(
         self,
@@ -250,61 +297,108 @@ class Agent:
         task.add_done_callback(self._posting.discard)
 
     async def _post(self, body: dict[str, Any]) -> None:
-        try:
-            await self.client.create(kube.core_path("events", body["metadata"]["namespace"]), body)
-        except kube.ApiError as e:
-            log.warning("could not post event", extra={"error": str(e)})
+        # A few at a time: 10,000 Services announced at once must not be 10,000 requests
+        # racing the status writer for the API server.
+        async with self._event_gate:
+            try:
+                await self.client.create(
+                    kube.core_path("events", body["metadata"]["namespace"]), body
+                )
+            except kube.ApiError as e:
+                log.warning("could not post event", extra={"error": str(e)})
 
-    async def _sync_status(self, kind: str, wanted: list[status.Wanted]) -> None:
+    async def write_status(self) -> None:
+        """Converge our status objects on what the latest pass wanted; a failed write is
+        retried after a second, a newer wish replaces an older one."""
+        while True:
+            await self._status_dirty.wait()
+            self._status_dirty.clear()
+            began = time.monotonic()
+            failed = False
+            for kind, wanted in list(self._wanted_status.items()):
+                failed |= not await self._sync_status(kind, wanted)
+            if failed:
+                await asyncio.sleep(1.0)
+                self._status_dirty.set()
+            # Paced like the passes: echoes of our own writes must not keep it diffing.
+            await asyncio.sleep(max(DEBOUNCE_S, min(time.monotonic() - began, MAX_PAUSE_S)))
+
+    async def _sync_status(self, kind: str, wanted: list[status.Wanted]) -> bool:
         me, ns = self.options.node_name, self.options.namespace
         existing = list(self.store.config.get(kind, {}).values())
         changes = status.diff(kind, me, wanted, existing)
         plural, versions = model.RESOURCES[kind]
         base = kube.group_path(model.GROUP, versions[-1], plural, ns)
-        for w in changes.create:
-            try:
-                created = await self.client.create(base, status.body(w, me, ns))
-            except kube.ApiError as e:
-                if not e.conflict:
-                    log.warning("could not create status", extra={"error": str(e)})
-                    continue
-                created = status.body(w, me, ns)
-            created["status"] = dict(w.status)
-            created.setdefault("kind", kind)
-            self.store.put(kind, None, created)
-            await self._patch_status(f"{base}/{w.name}/status", w.status)
-        for w in changes.update:
-            current = self.store.config.get(kind, {}).get(f"{ns}/{w.name}")
-            if current is not None:
-                self.store.put(kind, None, {**current, "status": dict(w.status)})
-            await self._patch_status(f"{base}/{w.name}/status", w.status)
-        for name in changes.delete:
-            self.store.config.get(kind, {}).pop(f"{ns}/{name}", None)
-            try:
-                await self.client.delete(f"{base}/{name}")
-            except kube.ApiError as e:
-                if not e.not_found:
-                    log.warning("could not delete status", extra={"error": str(e)})
+        gate = asyncio.Semaphore(STATUS_CONCURRENCY)
 
-    async def _patch_status(self, path: str, body: Mapping[str, Any]) -> None:
+        async def create(w: status.Wanted) -> bool:
+            async with gate:
+                try:
+                    created = await self.client.create(base, status.body(w, me, ns))
+                    version = _map(created.get("metadata")).get("resourceVersion")
+                    if isinstance(version, str):
+                        self._superseded.add(version)
+                except kube.ApiError as e:
+                    if not e.conflict:
+                        log.warning("could not create status", extra={"error": str(e)})
+                        return False
+                if not await self._patch_status(f"{base}/{w.name}/status", w.status):
+                    return False
+                # What the server holds now: its watch events then compare equal.
+                written = {**status.body(w, me, ns), "status": dict(w.status)}
+                self.store.put(kind, None, written)
+                return True
+
+        async def update(w: status.Wanted) -> bool:
+            async with gate:
+                if not await self._patch_status(f"{base}/{w.name}/status", w.status):
+                    return False
+                current = self.store.config.get(kind, {}).get(f"{ns}/{w.name}")
+                if current is not None:
+                    self.store.put(kind, None, {**current, "status": dict(w.status)})
+                return True
+
+        async def delete(name: str) -> bool:
+            async with gate:
+                try:
+                    await self.client.delete(f"{base}/{name}")
+                except kube.ApiError as e:
+                    if not e.not_found:
+                        log.warning("could not delete status", extra={"error": str(e)})
+                        return False
+                self.store.config.get(kind, {}).pop(f"{ns}/{name}", None)
+                return True
+
+        results = await asyncio.gather(
+            *(create(w) for w in changes.create),
+            *(update(w) for w in changes.update),
+            *(delete(n) for n in changes.delete),
+        )
+        return all(results)
+
+    async def _patch_status(self, path: str, body: Mapping[str, Any]) -> bool:
         try:
             await self.client.merge_patch(path, {"status": dict(body)})
         except kube.ApiError as e:
             log.warning("could not write status", extra={"error": str(e), "path": path})
+            return False
+        return True
 
     async def run(self) -> None:
-        """Reconcile whenever something changed; never more often than the debounce allows."""
+        """Reconcile whenever something changed, pausing after each pass as long as it took."""
         self.dirty.set()
         while True:
             await self.dirty.wait()
-            await asyncio.sleep(DEBOUNCE_S)
+            await asyncio.sleep(max(DEBOUNCE_S, min(self.last_pass_s, MAX_PAUSE_S)))
             self.dirty.clear()
+            began = time.monotonic()
             try:
                 await self.reconcile_once()
             except kube.ApiError as e:
                 log.warning("reconcile failed; will retry", extra={"error": str(e)})
                 await asyncio.sleep(1.0)
                 self.dirty.set()
+            self.last_pass_s = time.monotonic() - began
             self.ready.set()
 
     async def watch_membership(self) -> None:
@@ -340,6 +434,10 @@ class Agent:
 _EMPTY_L2 = desired.L2Plan((), {}, {})
 
 
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def _decoded(data: Any, key: str) -> str | None:
     if not isinstance(data, Mapping) or not isinstance(data.get(key), str):
         return None
@@ -362,30 +460,6 @@ def _event_body(service: Mapping[str, Any], reason: str, message: str, node: str
     )
 
 
-def registry(agent: Agent, credentials: kube.Credentials) -> Any:
-    r = kopf.OperatorRegistry()
-
-    @kopf.on.login(registry=r)
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return shell.connection_info(credentials)
-
-    def feed(kind: str) -> Callable[..., Awaitable[None]]:
-        async def handler(event: Mapping[str, Any], **_: Any) -> None:
-            obj = dict(event["object"])
-            obj.setdefault("kind", kind)
-            agent.observe(kind, event.get("type"), obj)
-
-        return handler
-
-    kopf.on.event("v1", "services", registry=r)(feed("Service"))
-    kopf.on.event("v1", "nodes", registry=r)(feed("Node"))
-    kopf.on.event("discovery.k8s.io", "v1", "endpointslices", registry=r)(feed("EndpointSlice"))
-    for kind in (*model.CONFIG_KINDS, status.L2, status.BGP):
-        plural, versions = model.RESOURCES[kind]
-        kopf.on.event(model.GROUP, versions[-1], plural, registry=r)(feed(kind))
-    return r
-
-
 async def run(
     options: Options,
     *,
@@ -394,7 +468,11 @@ async def run(
     membership: Membership | None = None,
 ) -> int:
     credentials = kube.load(options.kubeconfig)
-    client = kube.Client(credentials)
+    client = kube.Client(
+        credentials,
+        concurrency=STATUS_CONCURRENCY + EVENT_CONCURRENCY + 2,
+        field_manager="ironlb-speaker",
+    )
     agent = Agent(options, client, layer2=layer2, bgp=bgp, membership=membership)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -404,39 +482,31 @@ async def run(
             loop.add_signal_handler(sig, stop.set)
 
     own_signals()
-    kopf_ready = asyncio.Event()
-
-    async def reclaim_signals() -> None:
-        # kopf installs its own SIGTERM handler when it starts, and its graceful stop takes
-        # seconds; a leaving speaker must hand its addresses over first, so take them back.
-        await kopf_ready.wait()
-        own_signals()
-
     if options.metrics_port:
         prometheus_client.start_http_server(options.metrics_port, registry=REGISTRY)
     log.info("ironlb speaker starting", extra={"node": options.node_name})
     tasks: list[asyncio.Future[Any]] = []
-    reclaiming: asyncio.Future[None] | None = None
-    kopf_stop = asyncio.Event()
+    watcher: kube.Client | None = None
     try:
-        await agent.load()
+        versions = await agent.load()
+        # What was just loaded lives as long as the process: keep the cyclic collector from
+        # walking 10,000 Services' worth of objects again on every full collection.
+        gc.collect()
+        gc.freeze()
         tasks.append(asyncio.ensure_future(agent.run()))
+        tasks.append(asyncio.ensure_future(agent.write_status()))
         if membership is not None:
             tasks.append(asyncio.ensure_future(agent.watch_membership()))
         tasks.append(asyncio.ensure_future(agent.tick()))
-        tasks.append(
-            asyncio.ensure_future(
-                kopf.operator(
-                    registry=registry(agent, credentials),
-                    settings=shell.settings(),
-                    clusterwide=True,
-                    standalone=True,
-                    stop_flag=kopf_stop,
-                    ready_flag=kopf_ready,
+        # Watches hold their connections for minutes: a client of their own, one connection
+        # each, so that they never wait behind writes nor writes behind them.
+        watcher = kube.Client(credentials, concurrency=len(versions))
+        for source, version in versions.items():
+            tasks.append(
+                asyncio.ensure_future(
+                    watching.follow(watcher, source, version, agent.observe, agent.relisted)
                 )
             )
-        )
-        reclaiming = asyncio.ensure_future(reclaim_signals())
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
@@ -447,11 +517,10 @@ async def run(
     finally:
         log.info("speaker stopping")
         await agent.shutdown()
-        kopf_stop.set()
-        if reclaiming is not None:
-            reclaiming.cancel()
         for task in tasks:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
         await client.close()
+        if watcher is not None:
+            await watcher.close()

@@ -17,12 +17,13 @@ from speaker.bgp import exabgp, routes, speaking
 from speaker.bgp import metrics as bgp_metrics
 from speaker.layer2 import announcing
 from speaker.layer2 import metrics as layer2_metrics
+from speaker.layer2 import threaded as layer2_threaded
 
 log = logging.getLogger("ironlb.speaker")
 
 
-async def layer2(registry: prom_registry.CollectorRegistry) -> announcing.Layer2Announcer:
-    announcer = announcing.Layer2Announcer()
+async def layer2(registry: prom_registry.CollectorRegistry) -> layer2_threaded.ThreadedLayer2:
+    announcer = layer2_threaded.ThreadedLayer2(announcing.Layer2Announcer())
     registry.register(layer2_metrics.Collector(announcer.stats))
     await announcer.start()
     return announcer

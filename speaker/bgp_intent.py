@@ -129,13 +129,18 @@ def intent(
     names = [s.name for s in session_list]
     announcements: list[routes.Announcement] = []
     reach: dict[str, tuple[model.PeerName, ...]] = {}
+    # Services share a handful of advertisements: resolve each once, not once per Service.
+    resolved: dict[tuple[int, ...], tuple[tuple[routes.Advertisement, ...], tuple[str, ...]]] = {}
     for service in plan.mine:
-        ads = tuple(advertisement(config, ad) for ad in service.advertisements)
+        group = tuple(id(ad) for ad in service.advertisements)
+        found_group = resolved.get(group)
+        if found_group is None:
+            ads = tuple(advertisement(config, ad) for ad in service.advertisements)
+            reached = tuple(sorted({n for n in names for ad in ads if ad.applies_to(n)}))
+            found_group = resolved[group] = (ads, reached)
+        ads, reached = found_group
         for address in service.ips:
             announcements.append(routes.Announcement(address, ads))
-        reached = sorted(
-            {n for n in names for ad in ads if ad.applies_to(n)},
-        )
         if reached:
             reach[service.service] = tuple(model.PeerName(n) for n in reached)
     return Intent(tuple(session_list), tuple(announcements), reach, tuple(found))

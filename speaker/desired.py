@@ -280,9 +280,15 @@ def _conflicting(ads: tuple[model.BGPAdvertisement, ...], service: Service) -> b
 
 
 def bgp_decision(
-    snapshot: Snapshot, service: Service, me: model.NodeName
+    snapshot: Snapshot,
+    service: Service,
+    me: model.NodeName,
+    per_pool: dict[str, tuple[model.BGPAdvertisement, ...]] | None = None,
 ) -> tuple[model.BGPAdvertisement, ...] | str:
-    """The advertisements under which this node announces the Service, or why it does not."""
+    """The advertisements under which this node announces the Service, or why it does not.
+
+    `per_pool` remembers, across the calls of one pass, which advertisements select each pool
+    and this node: the same for every Service of the pool."""
     if not service.ips:
         return NO_IP_ALLOCATED
     pool = pool_of(snapshot.config, service.ips)
@@ -291,8 +297,15 @@ def bgp_decision(
     node = snapshot.nodes.get(me)
     if node is None:
         return NOT_OWNER
-    for_pool = [ad for ad in snapshot.config.bgp_advertisements if ad.selects(pool)]
-    on_me = [ad for ad in for_pool if _selects_node(ad.node_selectors, node)]
+    on_me = None if per_pool is None else per_pool.get(pool.name)
+    if on_me is None:
+        on_me = tuple(
+            ad
+            for ad in snapshot.config.bgp_advertisements
+            if ad.selects(pool) and _selects_node(ad.node_selectors, node)
+        )
+        if per_pool is not None:
+            per_pool[pool.name] = on_me
     if not on_me:
         return NOT_OWNER
     ads = tuple(ad for ad in on_me if _service_matches(ad.service_selectors, service))
@@ -314,8 +327,9 @@ def bgp_decision(
 def bgp_plan(snapshot: Snapshot, me: model.NodeName) -> BGPPlan:
     mine: list[BGPService] = []
     reasons: dict[str, str] = {}
+    per_pool: dict[str, tuple[model.BGPAdvertisement, ...]] = {}
     for service in snapshot.services:
-        decision = bgp_decision(snapshot, service, me)
+        decision = bgp_decision(snapshot, service, me, per_pool)
         if isinstance(decision, str):
             reasons[service.key] = decision
         else:

@@ -1,9 +1,14 @@
 """Raw API objects -> the speaker's view of the cluster (`desired.Snapshot`), purely.
 
 The watch layer keeps the latest version of every object it was told about in a `Store`; this
-module turns one Store into one Snapshot. Nothing is incremental: the whole snapshot is rebuilt
-each time (a few hundred Services cost well under a millisecond), so a missed or reordered event
-cannot leave stale state behind. Bad objects are dropped with Problems, never raised.
+module turns one Store into one Snapshot. The snapshot is always rebuilt whole from the Store, so
+a missed or reordered event cannot leave stale state behind; what makes that cheap at 10,000
+Services is that the Store keeps only the fields a speaker reads (`slim`), remembers each
+Service's view until the Service or one of its EndpointSlices changes, and parses the
+configuration again only when a metallb.io object changed. `Store.put` also says whether an
+object changed anything a pass reads, so that watch events which do not (a kubelet heartbeat,
+another node's status object, kopf replaying what the LIST returned) cost no pass at all.
+Bad objects are dropped with Problems, never raised.
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ from speaker import desired, election
 
 Object = Mapping[str, Any]
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+STATUS_KINDS = ("ServiceL2Status", "ServiceBGPStatus")
+STATUS_NODE_LABEL = "metallb.io/node"
+# Metadata that changes on every write without changing what the object says.
+_BOOKKEEPING = ("resourceVersion", "managedFields", "generation")
 
 
 def _map(value: Any) -> Mapping[str, Any]:
@@ -35,22 +44,197 @@ def key_of(obj: Object) -> str:
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
+def _pick(mapping: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    return {n: mapping[n] for n in names if n in mapping}
+
+
+def _slim_metadata(obj: Object, *, annotations: bool) -> dict[str, Any]:
+    meta = _map(obj.get("metadata"))
+    out = _pick(meta, ("name", "namespace", "uid", "resourceVersion", "labels"))
+    notes = meta.get("annotations")
+    if annotations and isinstance(notes, Mapping):
+        # Only MetalLB's own keys are read; last-applied-configuration alone can be kilobytes.
+        out["annotations"] = {
+            k: v
+            for k, v in notes.items()
+            if isinstance(k, str) and k.startswith((keys.NEW_PREFIX, keys.LEGACY_PREFIX))
+        }
+    return out
+
+
+def _slim_endpoint(e: Any) -> Any:
+    if not isinstance(e, Mapping):
+        return e
+    out: dict[str, Any] = {"addresses": bool(e.get("addresses"))}
+    if "nodeName" in e:
+        out["nodeName"] = e["nodeName"]
+    conditions = e.get("conditions")
+    out["conditions"] = (
+        _pick(conditions, ("ready", "serving")) if isinstance(conditions, Mapping) else conditions
+    )
+    return out
+
+
+def slim(kind: str, obj: Object) -> dict[str, Any]:
+    """The part of an object a speaker reads: a Service with its managedFields and
+    last-applied annotation is ten times the size of what decides its announcement."""
+    if kind == "Service":
+        spec = _map(obj.get("spec"))
+        status = _map(obj.get("status"))
+        return {
+            "kind": kind,
+            "metadata": _slim_metadata(obj, annotations=True),
+            "spec": _pick(spec, ("type", "loadBalancerClass", "externalTrafficPolicy")),
+            "status": _pick(status, ("loadBalancer",)),
+        }
+    if kind == "EndpointSlice":
+        meta = _slim_metadata(obj, annotations=False)
+        labels = meta.get("labels")
+        if isinstance(labels, Mapping):
+            meta["labels"] = _pick(labels, (SERVICE_NAME_LABEL,))
+        endpoints = obj.get("endpoints")
+        return {
+            "kind": kind,
+            "metadata": meta,
+            "endpoints": (
+                [_slim_endpoint(e) for e in endpoints] if isinstance(endpoints, list) else endpoints
+            ),
+        }
+    if kind == "Node":
+        conditions = _map(obj.get("status")).get("conditions")
+        if isinstance(conditions, list):
+            conditions = [
+                _pick(c, ("type", "status")) if isinstance(c, Mapping) else c for c in conditions
+            ]
+        return {
+            "kind": kind,
+            "metadata": _slim_metadata(obj, annotations=False),
+            # Heartbeat times change every few seconds; type and status are what is read.
+            "status": {"conditions": conditions},
+        }
+    meta = {k: v for k, v in _map(obj.get("metadata")).items() if k != "managedFields"}
+    return {**obj, "metadata": meta}
+
+
+def _same(a: Object | None, b: Object | None, *, ignore_status: bool = False) -> bool:
+    """Equal apart from write bookkeeping (and, for configuration, the status we report)."""
+    if a is None or b is None:
+        return a is b
+
+    def essence(o: Object) -> dict[str, Any]:
+        meta = {k: v for k, v in _map(o.get("metadata")).items() if k not in _BOOKKEEPING}
+        out = {**o, "metadata": meta}
+        if ignore_status:
+            out.pop("status", None)
+        return out
+
+    return essence(a) == essence(b)
+
+
+def _same_status(a: Object | None, b: Object | None) -> bool:
+    """A status object says what its labels and status say; the rest is the server's."""
+    if a is None or b is None:
+        return a is b
+    return _map(a.get("metadata")).get("labels") == _map(b.get("metadata")).get("labels") and a.get(
+        "status"
+    ) == b.get("status")
+
+
+_UNSET = object()
+
+
 @dataclass
 class Store:
-    """The latest version of each watched object, by kind then `namespace/name`."""
+    """The latest version of each watched object (slimmed), by kind then `namespace/name`.
+
+    `status_node`: changes to status objects of other nodes do not concern this speaker's
+    passes (None: every status object does)."""
 
     services: dict[str, Object] = field(default_factory=dict)
     endpoint_slices: dict[str, Object] = field(default_factory=dict)
     nodes: dict[str, Object] = field(default_factory=dict)
     config: dict[str, dict[str, Object]] = field(default_factory=dict)  # kind -> key -> object
     secrets: dict[str, Object] = field(default_factory=dict)  # metadata only
+    status_node: str | None = None
+    config_version: int = 0
+    _slices_of: dict[str, set[str]] = field(default_factory=dict)  # Service key -> slice keys
+    _views: dict[str, desired.Service | None] = field(default_factory=dict)
+    _config_memo: tuple[Any, ...] | None = None
 
-    def put(self, kind: str, event_type: str | None, obj: Object) -> None:
+    def put(self, kind: str, event_type: str | None, obj: Object) -> bool:
+        """Record one object (or its deletion); True if it changed what a pass reads."""
+        key = key_of(obj)
         table = self._table(kind)
+        old = table.get(key)
         if event_type == "DELETED":
-            table.pop(key_of(obj), None)
+            if old is None:
+                return False
+            del table[key]
+            new: Object | None = None
         else:
-            table[key_of(obj)] = obj
+            new = slim(kind, obj)
+            table[key] = new
+        if kind == "Service":
+            self._views.pop(key, None)
+            return not _same(old, new)
+        if kind == "EndpointSlice":
+            return self._slice_moved(key, old, new)
+        if kind == "Node":
+            return not _same(old, new)
+        if kind in STATUS_KINDS:
+            if _same_status(old, new):
+                return False
+            return self._concerns_us(old) or self._concerns_us(new)
+        changed = not _same(old, new, ignore_status=True)
+        if changed:
+            self.config_version += 1
+        return changed
+
+    def replace(self, kind: str, objects: Iterable[Object]) -> bool:
+        """Every object of a kind, from a fresh LIST: what is not in it was deleted."""
+        changed = False
+        seen = set()
+        for obj in objects:
+            seen.add(key_of(obj))
+            changed |= self.put(kind, None, obj)
+        for key in [k for k in self._table(kind) if k not in seen]:
+            changed |= self.put(kind, "DELETED", self._table(kind)[key])
+        return changed
+
+    def set_secrets(self, secrets: Mapping[str, Object]) -> bool:
+        if dict(secrets) == self.secrets:
+            return False
+        self.secrets = dict(secrets)
+        self.config_version += 1
+        return True
+
+    def view(self, key: str) -> desired.Service | None:
+        """The Service's view with its endpoints, remembered until either changes."""
+        found = self._views.get(key, _UNSET)
+        if found is _UNSET:
+            slices = [self.endpoint_slices[k] for k in sorted(self._slices_of.get(key, ()))]
+            found = service_view(self.services[key], slices)
+            self._views[key] = found
+        assert found is not _UNSET
+        return found  # type: ignore[return-value]
+
+    def _slice_moved(self, key: str, old: Object | None, new: Object | None) -> bool:
+        before, after = _owner(old), _owner(new)
+        if before is not None:
+            self._slices_of.get(before, set()).discard(key)
+            self._views.pop(before, None)
+        if after is not None:
+            self._slices_of.setdefault(after, set()).add(key)
+            self._views.pop(after, None)
+        return not _same(old, new)
+
+    def _concerns_us(self, obj: Object | None) -> bool:
+        if obj is None:
+            return False
+        if self.status_node is None:
+            return True
+        labels = _map(_map(obj.get("metadata")).get("labels"))
+        return labels.get(STATUS_NODE_LABEL) == self.status_node
 
     def _table(self, kind: str) -> dict[str, Object]:
         if kind == "Service":
@@ -62,6 +246,14 @@ class Store:
         if kind == model.SECRET:
             return self.secrets
         return self.config.setdefault(kind, {})
+
+
+def _owner(endpoint_slice: Object | None) -> str | None:
+    if endpoint_slice is None:
+        return None
+    meta = _map(endpoint_slice.get("metadata"))
+    owner = _map(meta.get("labels")).get(SERVICE_NAME_LABEL)
+    return f"{meta.get('namespace') or ''}/{owner}" if owner else None
 
 
 def _labels(obj: Object) -> model.Labels:
@@ -202,18 +394,17 @@ def build(
     last_good: model.Config | None = None,
 ) -> tuple[desired.Snapshot, list[Problem]]:
     """The whole snapshot; `alive` None means membership is off: Node Ready decides."""
-    config, problems = config_of(store, namespace, last_good)
-    by_service: dict[str, list[Object]] = {}
-    for s in store.endpoint_slices.values():
-        meta = _map(s.get("metadata"))
-        owner = _map(meta.get("labels")).get(SERVICE_NAME_LABEL)
-        if owner:
-            by_service.setdefault(f"{meta.get('namespace')}/{owner}", []).append(s)
+    memo = (store.config_version, namespace, last_good)
+    if store._config_memo is not None and _same_memo(store._config_memo[:3], memo):
+        config, problems = store._config_memo[3], list(store._config_memo[4])
+    else:
+        config, problems = config_of(store, namespace, last_good)
+        store._config_memo = (*memo, config, tuple(problems))
     services = []
-    for key, svc in sorted(store.services.items()):
-        if not handles(svc, lb_class):
+    for key in sorted(store.services):
+        if not handles(store.services[key], lb_class):
             continue
-        view = service_view(svc, by_service.get(key, ()))
+        view = store.view(key)
         if view is not None:
             services.append(view)
     nodes = {v.name: v for v in (node_view(n) for n in store.nodes.values()) if v.name}
@@ -226,3 +417,8 @@ def build(
         ignore_exclude_lb=ignore_exclude_lb,
     )
     return snap, problems
+
+
+def _same_memo(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    # The last good configuration is compared by identity: it is the object a pass returned.
+    return a[0] == b[0] and a[1] == b[1] and a[2] is b[2]

@@ -8,6 +8,7 @@ duplicates. It only ever touches objects labelled with its own node.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ class Wanted:
     status: Mapping[str, Any]
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def object_name(kind: str, node: str, service: str) -> str:
     digest = hashlib.sha256(f"{node}/{service}".encode()).hexdigest()[:16]
     return f"{'l2' if kind == L2 else 'bgp'}-{digest}"

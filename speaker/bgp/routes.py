@@ -13,6 +13,7 @@ unchanged route costs nothing. `apply(applied, diff(applied, desired)) == desire
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -85,10 +86,17 @@ class Advertisement:
 
     def prefix(self, address: IPAddress) -> Prefix:
         length = self.aggregation_length if address.version == 4 else self.aggregation_length_v6
-        return ipaddress.ip_network((address, length), strict=False)
+        return _network(address, length)
 
     def applies_to(self, peer: PeerName) -> bool:
         return not self.peers or peer in self.peers
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _network(address: IPAddress, length: int) -> Prefix:
+    # Remembered: building a network object goes through its text form, and every pass asks
+    # again for the same 10,000 prefixes.
+    return ipaddress.ip_network((address, length), strict=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,30 +152,35 @@ def desired(
     result: dict[PeerName, dict[Prefix, RouteAttributes]] = {}
     found: list[problems.Problem] = []
     for peer in session_list:
-        merged: dict[Prefix, _Merge] = {}
+        # A prefix with one advertisement (the usual case) keeps it; only a prefix reached
+        # twice pays for merging. Attributes are built once per distinct advertisement.
+        merged: dict[Prefix, Advertisement | _Merge] = {}
         unreachable: set[int] = set()
+        families = peer.families
         for address, ad in pairs:
-            if address.version not in peer.families or not ad.applies_to(peer.name):
+            if address.version not in families or not ad.applies_to(peer.name):
                 continue
             if address.version != peer.family and peer.next_hop(address.version) is None:
                 # "next-hop self" names the TCP session's address, of the other family.
                 unreachable.add(address.version)
                 continue
-            m = merged.setdefault(ad.prefix(address), _Merge())
-            if ad.local_pref is not None:
-                m.local_prefs.add(ad.local_pref)
-            m.communities |= ad.communities
-            m.large |= ad.large_communities
+            prefix = ad.prefix(address)
+            before = merged.get(prefix)
+            if before is None:
+                merged[prefix] = ad
+                continue
+            merging = before if isinstance(before, _Merge) else _merged(before)
+            _add(merging, ad)
+            merged[prefix] = merging
         routes: dict[Prefix, RouteAttributes] = {}
-        for prefix, m in merged.items():
-            attrs = RouteAttributes(
-                # Validation rejects ads that would disagree on one prefix; should two still
-                # meet (serviceSelectors are checked per Service), the highest wins, so the
-                # result never depends on the order Services were seen in.
-                local_pref=max(m.local_prefs) if m.local_prefs and peer.is_ibgp else None,
-                communities=frozenset(m.communities),
-                large_communities=frozenset(m.large),
-            )
+        built: dict[int, RouteAttributes] = {}
+        for prefix, how in merged.items():
+            if isinstance(how, _Merge):
+                attrs = _attributes(how, peer)
+            else:
+                known = built.get(id(how))
+                attrs = known if known is not None else _attributes(_merged(how), peer)
+                built[id(how)] = attrs
             if attrs.community_count > MAX_COMMUNITIES:
                 found.append(
                     problems.Problem(
@@ -192,6 +205,30 @@ def desired(
                 )
             )
     return Desired(result, tuple(found))
+
+
+def _merged(ad: Advertisement) -> _Merge:
+    m = _Merge()
+    _add(m, ad)
+    return m
+
+
+def _add(m: _Merge, ad: Advertisement) -> None:
+    if ad.local_pref is not None:
+        m.local_prefs.add(ad.local_pref)
+    m.communities |= ad.communities
+    m.large |= ad.large_communities
+
+
+def _attributes(m: _Merge, peer: peers_module.Peer) -> RouteAttributes:
+    return RouteAttributes(
+        # Validation rejects ads that would disagree on one prefix; should two still meet
+        # (serviceSelectors are checked per Service), the highest wins, so the result never
+        # depends on the order Services were seen in.
+        local_pref=max(m.local_prefs) if m.local_prefs and peer.is_ibgp else None,
+        communities=frozenset(m.communities),
+        large_communities=frozenset(m.large),
+    )
 
 
 @dataclass(frozen=True, slots=True)

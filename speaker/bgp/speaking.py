@@ -33,6 +33,7 @@ from ironlb import problems
 from speaker.bgp import events, exabgp, peers, rendering, routes
 from speaker.bgp.bfd import machine as bfd_machine
 from speaker.bgp.bfd import packet as bfd_packet
+from speaker.bgp.bfd import threaded as bfd_threaded
 from speaker.bgp.bfd import transport as bfd_transport
 
 log = logging.getLogger("ironlb.speaker.bgp")
@@ -293,7 +294,7 @@ class Speaker:
         self.process_factory = process_factory
         self.on_change = on_change
         self._bfd_port = bfd_port
-        self._bfd: bfd_transport.Endpoint | None = None
+        self._bfd: bfd_threaded.ThreadedEndpoint | None = None
         self._runners: dict[str, _Runner] = {}
         self._desired: dict[str, dict[routes.Prefix, routes.RouteAttributes]] = {}
         self._closed = False
@@ -350,7 +351,7 @@ class Speaker:
         if not wanted and self._bfd is None:
             return
         if self._bfd is None:
-            self._bfd = bfd_transport.Endpoint(self._on_bfd, port=self._bfd_port)
+            self._bfd = bfd_threaded.ThreadedEndpoint(self._on_bfd, port=self._bfd_port)
         current = self._bfd.sessions()
         await asyncio.gather(*(self._bfd.remove(a) for a in current if a not in wanted))
         for address, peer in wanted.items():

@@ -429,7 +429,7 @@ def test_controller_webhook_reads_configuration_and_secret_names(
 
 SPEAKER = """
 import asyncio, json, sys
-from controller import operator
+from controller import logs
 from speaker import agent
 
 class Layer2:
@@ -455,7 +455,7 @@ async def main(node, namespace, kubeconfig):
     )
     return await agent.run(options, layer2=Layer2(), membership=Alone(node))
 
-operator.configure_logging("info")
+logs.configure_logging("info")
 sys.exit(asyncio.run(main(*sys.argv[1:4])))
 """
 

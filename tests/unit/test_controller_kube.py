@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from controller import __main__ as entry
-from controller import kube, operator
+from controller import kube, logs, operator
 
 
 def kubeconfig(tmp_path: Path, user: dict[str, Any], cluster: dict[str, Any]) -> Path:
@@ -124,7 +124,7 @@ def test_api_error_classes() -> None:
     assert kube.ApiError(404, "", "").not_found and kube.ApiError(409, "", "").conflict
 
 
-# --- controller.operator -------------------------------------------------------------------------
+# --- controller.logs, controller.operator ---------------------------------------------------------
 
 
 def test_json_log_lines_carry_fields_and_object_references() -> None:
@@ -133,7 +133,7 @@ def test_json_log_lines_carry_fields_and_object_references() -> None:
     record.count = 3
     record.k8s_ref = {"namespace": "ns", "name": "a"}
     record.settings = object()  # kopf attaches its settings; never dumped
-    line = json.loads(operator.JsonFormatter().format(record))
+    line = json.loads(logs.JsonFormatter().format(record))
     assert line["msg"] == "hello you" and line["level"] == "warning"
     assert line["service"] == "ns/a" and line["count"] == 3
     assert line["object"] == "ns/a"

@@ -1,0 +1,66 @@
+"""A `node.Node` on a loop of its own (`speaker.loop_thread`): what the speaker's agent uses.
+
+Probe timeouts are a few hundred milliseconds; the speaker's main loop can be busy longer than
+that with a pass over 10,000 Services, and a member that answers late is suspected and declared
+dead by the others (measured: flapping under such a pass on one loop). Here the member answers
+from its own thread whatever the main loop does; the agent sees the same three things as
+before: `changed` (an asyncio.Event of the main loop), `members()` and `leave()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+from speaker import loop_thread
+from speaker.membership import messages
+from speaker.membership import node as node_module
+
+
+class ThreadedNode:
+    def __init__(self, node: node_module.Node) -> None:
+        self.node = node
+        self.changed = asyncio.Event()
+        self._thread: loop_thread.LoopThread | None = None
+        self._relay: asyncio.Future[None] | None = None
+
+    async def start(self) -> None:
+        main = asyncio.get_running_loop()
+        self._thread = loop_thread.LoopThread("membership")
+
+        async def relay() -> None:
+            while True:
+                await self.node.changed.wait()
+                self.node.changed.clear()
+                main.call_soon_threadsafe(self.changed.set)
+
+        async def begin() -> None:
+            await self.node.start()
+            self._relay = asyncio.ensure_future(relay())
+
+        await self._thread.call(begin())
+
+    def _loop_thread(self) -> loop_thread.LoopThread:
+        if self._thread is None:
+            raise RuntimeError("membership not started")
+        return self._thread
+
+    def members(self) -> frozenset[str]:
+        return self._loop_thread().call_blocking(self.node.members)
+
+    def join(self, seeds: Iterable[messages.Address]) -> None:
+        seed_list = list(seeds)
+        self._loop_thread().loop.call_soon_threadsafe(self.node.join, seed_list)
+
+    async def leave(self) -> None:
+        thread = self._loop_thread()
+
+        async def end() -> None:
+            if self._relay is not None:
+                self._relay.cancel()
+            await self.node.leave()
+
+        try:
+            await thread.call(end())
+        finally:
+            thread.stop()

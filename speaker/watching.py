@@ -1,0 +1,114 @@
+"""List, then watch from the list's resourceVersion: the speaker's inputs, as client-go's
+reflector gets them.
+
+Watching from the list's resourceVersion means a start-up costs one LIST per kind and no replay:
+an operator framework that lists again and hands every object over as an event would cost every
+speaker a pass over 10,000 Services for nothing. A watch the server ends is resumed from the last
+resourceVersion seen (bookmarks keep it fresh on quiet kinds); one the server can no longer
+resume (410 Gone) is replaced by a new LIST whose result replaces the kind's objects whole, so a
+deletion missed in between cannot survive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from controller import kube
+
+log = logging.getLogger("ironlb.speaker.watch")
+
+WATCH_TIMEOUT_S = 290  # the server ends each watch after this; a new one resumes where it stopped
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 10.0
+
+Observe = Callable[[str, str, Mapping[str, Any]], None]  # kind, ADDED/MODIFIED/DELETED, object
+Replace = Callable[[str, list[Mapping[str, Any]]], None]  # kind, every object after a relist
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    kind: str
+    path: str
+
+
+class Gone(Exception):
+    """The server cannot resume from our resourceVersion any more."""
+
+
+def _version(obj: Any) -> str | None:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    return str(version) if version else None
+
+
+async def list_kind(client: kube.Client, source: Source) -> tuple[list[Mapping[str, Any]], str]:
+    items, version = await client.list(source.path)
+    return [{**item, "kind": item.get("kind") or source.kind} for item in items], version
+
+
+async def follow(
+    client: kube.Client,
+    source: Source,
+    version: str,
+    observe: Observe,
+    replace: Replace,
+) -> None:
+    """Forever: watch `source` from `version`, feeding `observe`; relist on 410 Gone."""
+    delay = RETRY_FIRST_S
+    while True:
+        try:
+            version = await _watch_once(client, source, version, observe)
+            delay = RETRY_FIRST_S
+            continue
+        except Gone:
+            log.info("watch expired; listing again", extra={"kind": source.kind})
+        except kube.ApiError as e:
+            if e.status != 410:
+                log.warning(
+                    "watch failed; will resume",
+                    extra={"kind": source.kind, "error": str(e), "retry_s": delay},
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+        try:
+            items, version = await list_kind(client, source)
+        except kube.ApiError as e:
+            log.warning("list failed; will retry", extra={"kind": source.kind, "error": str(e)})
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+            # The old resourceVersion is gone; the next attempt must list again.
+            version = ""
+            continue
+        replace(source.kind, items)
+        delay = RETRY_FIRST_S
+
+
+async def _watch_once(client: kube.Client, source: Source, version: str, observe: Observe) -> str:
+    """One watch request; returns the last resourceVersion seen when the server ends it."""
+    if not version:
+        raise Gone()
+    params = {
+        "resourceVersion": version,
+        "allowWatchBookmarks": "true",
+        "timeoutSeconds": str(WATCH_TIMEOUT_S),
+    }
+    async for event in client.watch(source.path, params):
+        kind = event.get("type")
+        obj = event.get("object")
+        if kind == "ERROR":
+            code = obj.get("code") if isinstance(obj, Mapping) else None
+            if code == 410:
+                raise Gone()
+            raise kube.ApiError(int(code or 0), "WatchError", str(obj))
+        if not isinstance(obj, dict):
+            continue
+        version = _version(obj) or version
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            obj.setdefault("kind", source.kind)
+            observe(source.kind, kind, obj)
+    return version
