@@ -59,9 +59,10 @@ async def follow(
 ) -> None:
     """Forever: watch `source` from `version`, feeding `observe`; relist on 410 Gone."""
     delay = RETRY_FIRST_S
+    cursor = [version]  # advanced by every event, also by those of a watch that then fails
     while True:
         try:
-            version = await _watch_once(client, source, version, observe)
+            await _watch_once(client, source, cursor, observe)
             delay = RETRY_FIRST_S
             continue
         except Gone:
@@ -76,24 +77,26 @@ async def follow(
                 delay = min(delay * 2, RETRY_MAX_S)
                 continue
         try:
-            items, version = await list_kind(client, source)
+            items, cursor[0] = await list_kind(client, source)
         except kube.ApiError as e:
             log.warning("list failed; will retry", extra={"kind": source.kind, "error": str(e)})
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
             # The old resourceVersion is gone; the next attempt must list again.
-            version = ""
+            cursor[0] = ""
             continue
         replace(source.kind, items)
         delay = RETRY_FIRST_S
 
 
-async def _watch_once(client: kube.Client, source: Source, version: str, observe: Observe) -> str:
-    """One watch request; returns the last resourceVersion seen when the server ends it."""
-    if not version:
+async def _watch_once(
+    client: kube.Client, source: Source, cursor: list[str], observe: Observe
+) -> None:
+    """One watch request, from and advancing `cursor[0]`, until the server ends it."""
+    if not cursor[0]:
         raise Gone()
     params = {
-        "resourceVersion": version,
+        "resourceVersion": cursor[0],
         "allowWatchBookmarks": "true",
         "timeoutSeconds": str(WATCH_TIMEOUT_S),
     }
@@ -107,8 +110,7 @@ async def _watch_once(client: kube.Client, source: Source, version: str, observe
             raise kube.ApiError(int(code or 0), "WatchError", str(obj))
         if not isinstance(obj, dict):
             continue
-        version = _version(obj) or version
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             obj.setdefault("kind", source.kind)
             observe(source.kind, kind, obj)
-    return version
+        cursor[0] = _version(obj) or cursor[0]
