@@ -253,7 +253,7 @@ class FakeEndpoint:
 async def test_bfd_down_tears_bgp_down_but_admin_down_does_not(
     fakes: Fakes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(speaking.bfd_transport, "Endpoint", FakeEndpoint)
+    monkeypatch.setattr(speaking.bfd_threaded, "ThreadedEndpoint", FakeEndpoint)
     speaker = make_speaker(fakes)
     await speaker.set_peers([peer(bfd=peers.BFDSettings(300, 300, 3))])
     await asyncio.sleep(0)
