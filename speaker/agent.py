@@ -44,6 +44,9 @@ log = logging.getLogger("ironlb.speaker")
 DEBOUNCE_S = 0.005
 MAX_PAUSE_S = 2.0  # the pause after a pass never grows beyond this, however long it took
 STATUS_CONCURRENCY = 8
+# Status objects and Events wait (at most this long) until ExaBGP took the routes: on a busy
+# node the routes matter more than the API writes that describe them.
+SETTLE_WAIT_S = 10.0
 EVENT_CONCURRENCY = 4
 TICK_S = 10.0
 SECRETS_EVERY_S = 30.0
@@ -85,6 +88,8 @@ class BGP(Protocol):
         plan: desired.BGPPlan,
         passwords: Mapping[str, str],
     ) -> Mapping[str, tuple[model.PeerName, ...]]: ...
+
+    async def wait_synced(self, timeout: float) -> bool: ...
 
     async def close(self) -> None: ...
 
@@ -299,6 +304,7 @@ class Agent:
     async def _post(self, body: dict[str, Any]) -> None:
         # A few at a time: 10,000 Services announced at once must not be 10,000 requests
         # racing the status writer for the API server.
+        await self._settled()
         async with self._event_gate:
             try:
                 await self.client.create(
@@ -307,11 +313,16 @@ class Agent:
             except kube.ApiError as e:
                 log.warning("could not post event", extra={"error": str(e)})
 
+    async def _settled(self) -> None:
+        if self.bgp is not None:
+            await self.bgp.wait_synced(SETTLE_WAIT_S)
+
     async def write_status(self) -> None:
         """Converge our status objects on what the latest pass wanted; a failed write is
         retried after a second, a newer wish replaces an older one."""
         while True:
             await self._status_dirty.wait()
+            await self._settled()
             self._status_dirty.clear()
             began = time.monotonic()
             failed = False

@@ -56,6 +56,9 @@ class BGPApplier:
             self._problems = text
         return intent.reach
 
+    async def wait_synced(self, timeout: float) -> bool:
+        return await self.speaker.wait_synced(timeout)
+
     async def close(self) -> None:
         await self.speaker.close()
 
