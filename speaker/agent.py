@@ -43,6 +43,7 @@ log = logging.getLogger("ironlb.speaker")
 
 DEBOUNCE_S = 0.005
 MAX_PAUSE_S = 2.0  # the pause after a pass never grows beyond this, however long it took
+SLOW_PASS_S = 0.25  # a pass longer than this is logged
 STATUS_CONCURRENCY = 8
 # Status objects and Events wait (at most this long) until ExaBGP took the routes: on a busy
 # node the routes matter more than the API writes that describe them.
@@ -61,6 +62,12 @@ ANNOUNCED = prometheus_client.Gauge(
 CONFIG_STALE = prometheus_client.Gauge(
     "metallb_k8s_client_config_stale_bool",
     "1 while some metallb.io object is left out because it is invalid",
+    registry=REGISTRY,
+)
+PASS_SECONDS = prometheus_client.Histogram(
+    "ironlb_speaker_pass_seconds",
+    "Time of one pass: snapshot, plans, and handing them to the data planes",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
     registry=REGISTRY,
 )
 CONFIG_LOADED = prometheus_client.Gauge(
@@ -410,6 +417,15 @@ class Agent:
                 await asyncio.sleep(1.0)
                 self.dirty.set()
             self.last_pass_s = time.monotonic() - began
+            PASS_SECONDS.observe(self.last_pass_s)
+            if self.last_pass_s > SLOW_PASS_S:
+                log.info(
+                    "slow pass",
+                    extra={
+                        "seconds": round(self.last_pass_s, 3),
+                        "services": len(self.store.services),
+                    },
+                )
             self.ready.set()
 
     async def watch_membership(self) -> None:
