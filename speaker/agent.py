@@ -344,7 +344,7 @@ class Agent:
     async def _sync_status(self, kind: str, wanted: list[status.Wanted]) -> bool:
         me, ns = self.options.node_name, self.options.namespace
         existing = list(self.store.config.get(kind, {}).values())
-        changes = status.diff(kind, me, wanted, existing)
+        changes = status.diff(kind, me, wanted, existing, evict_others=kind == status.L2)
         plural, versions = model.RESOURCES[kind]
         base = kube.group_path(model.GROUP, versions[-1], plural, ns)
         gate = asyncio.Semaphore(STATUS_CONCURRENCY)

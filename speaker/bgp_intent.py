@@ -104,7 +104,54 @@ def sessions(
             found.append(session)
         else:
             out.append(session)
+            found.extend(unsupported(peer, config))
     return out, found
+
+
+def unsupported(peer: model.BGPPeer, config: model.Config) -> list[Problem]:
+    """Fields the session is made without, said out loud rather than silently dropped."""
+    found: list[Problem] = []
+
+    def note(kind: str, name: str, field: str, message: str) -> None:
+        found.append(Problem(kind, name, field, message))
+
+    if peer.vrf:
+        note(
+            model.BGP_PEER,
+            peer.name,
+            "spec.vrf",
+            "VRFs are not supported; the peer is reached through the default routing table",
+        )
+    if peer.local_asn:
+        note(
+            model.BGP_PEER,
+            peer.name,
+            "spec.localASN",
+            f"localASN is not supported; the session uses myASN {peer.my_asn}",
+        )
+    if peer.connect_time is not None:
+        note(
+            model.BGP_PEER,
+            peer.name,
+            "spec.connectTime",
+            "connectTime is not honoured; ExaBGP retries a failed connection on its own schedule",
+        )
+    profile = config.bfd_profile(peer.bfd_profile) if peer.bfd_profile else None
+    if profile is not None and (profile.echo_mode or profile.echo_interval is not None):
+        note(
+            model.BFD_PROFILE,
+            profile.name,
+            "spec.echoMode",
+            "BFD echo mode is not implemented; control packets alone detect failures",
+        )
+    if profile is not None and profile.minimum_ttl is not None:
+        note(
+            model.BFD_PROFILE,
+            profile.name,
+            "spec.minimumTtl",
+            "minimumTtl is not applied: sessions are single-hop and accept TTL 255 only (RFC 5881)",
+        )
+    return found
 
 
 def advertisement(config: model.Config, ad: model.BGPAdvertisement) -> routes.Advertisement:

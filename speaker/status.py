@@ -3,7 +3,8 @@
 Each speaker writes one ServiceL2Status per Service it answers ARP/NDP for, and one
 ServiceBGPStatus per Service it announces over BGP, labelled with its node name (MetalLB's labels)
 and named deterministically, so that a restart finds its own objects again instead of creating
-duplicates. It only ever touches objects labelled with its own node.
+duplicates. It writes only objects labelled with its own node; the one exception is deleting
+another node's ServiceL2Status for a Service it now answers for (see `diff`).
 """
 
 from __future__ import annotations
@@ -105,25 +106,48 @@ class Changes:
 
 
 def diff(
-    kind: str, node: str, wanted: Iterable[Wanted], existing: Iterable[Mapping[str, Any]]
+    kind: str,
+    node: str,
+    wanted: Iterable[Wanted],
+    existing: Iterable[Mapping[str, Any]],
+    *,
+    evict_others: bool = False,
 ) -> Changes:
-    """Compare with the objects of `kind` that exist; only those labelled with our node count."""
+    """Compare with the objects of `kind` that exist; only those labelled with our node count.
+
+    `evict_others` (layer 2, where one node announces a Service): another node's object for a
+    Service we now announce is deleted too, as MetalLB's new owner does. That node may be dead
+    (SIGKILL, a cut link) and never delete its own, and a reader must not see two announcers."""
+    wanted_list = list(wanted)
+    ours = {(w.service_namespace, w.service_name) for w in wanted_list}
     mine = {}
+    evicted = []
     for obj in existing:
         meta = obj.get("metadata") or {}
-        if obj.get("kind", kind) != kind or (meta.get("labels") or {}).get(NODE_LABEL) != node:
+        labels = meta.get("labels") or {}
+        if obj.get("kind", kind) != kind:
             continue
-        mine[str(meta.get("name"))] = obj
+        if labels.get(NODE_LABEL) == node:
+            mine[str(meta.get("name"))] = obj
+        elif (
+            evict_others
+            and (
+                labels.get(SERVICE_NAMESPACE_LABEL),
+                labels.get(SERVICE_NAME_LABEL),
+            )
+            in ours
+        ):
+            evicted.append(str(meta.get("name")))
     create, update = [], []
     wanted_names = set()
-    for w in wanted:
+    for w in wanted_list:
         wanted_names.add(w.name)
         current = mine.get(w.name)
         if current is None:
             create.append(w)
         elif _normal(current.get("status")) != _normal(w.status):
             update.append(w)
-    delete = tuple(sorted(n for n in mine if n not in wanted_names))
+    delete = tuple(sorted({*(n for n in mine if n not in wanted_names), *evicted}))
     return Changes(tuple(create), tuple(update), delete)
 
 

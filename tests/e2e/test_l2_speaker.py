@@ -143,6 +143,16 @@ def test_failover_moves_the_tor_neighbour_entry(
             timeout=30,
         )
         assert arp_macs(lab, vip) == {lab.node_mac(successor)}
+        # The old owner cannot remove its ServiceL2Status (dead, or cut off from the API
+        # server): the successor does, so that status names one announcer.
+        deploy.wait_until(
+            "only the successor's ServiceL2Status",
+            lambda: (
+                objects.status_nodes(lab, "servicel2statuses", app_namespace)
+                == {lab.node_names[successor - 1]}
+            ),
+            timeout=30,
+        )
     finally:
         if how == "sigkill":
             deployment.stop_speaker(owner, signal.SIGKILL)
@@ -154,6 +164,14 @@ def test_failover_moves_the_tor_neighbour_entry(
         "the owner to take its address back",
         lambda: arp_macs(lab, vip) == {lab.node_mac(owner)},
         timeout=40,
+    )
+    deploy.wait_until(
+        "only the owner's ServiceL2Status again",
+        lambda: (
+            objects.status_nodes(lab, "servicel2statuses", app_namespace)
+            == {lab.node_names[owner - 1]}
+        ),
+        timeout=30,
     )
 
 

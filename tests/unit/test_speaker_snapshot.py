@@ -242,6 +242,31 @@ def test_status_diff_creates_updates_and_deletes_only_our_objects() -> None:
     assert changes.delete == ("l2-gone",)
 
 
+def test_layer2_owner_evicts_other_nodes_objects_for_its_services_only() -> None:
+    (a,) = status.wanted_l2("n1", plan(("10.250.0.200", (), ("app/a",))))
+
+    def theirs(name: str, node_name: str, service: str) -> dict[str, Any]:
+        return {
+            "kind": status.L2,
+            "metadata": {
+                "name": name,
+                "labels": {
+                    status.NODE_LABEL: node_name,
+                    status.SERVICE_NAMESPACE_LABEL: "app",
+                    status.SERVICE_NAME_LABEL: service,
+                },
+            },
+        }
+
+    existing = [theirs("l2-dead-owner", "n2", "a"), theirs("l2-other-service", "n3", "b")]
+    evicting = status.diff(status.L2, "n1", [a], existing, evict_others=True)
+    assert evicting.delete == ("l2-dead-owner",)
+    assert [w.name for w in evicting.create] == [a.name]
+    # BGP: every node announces, nobody evicts; nor does a node that owns nothing.
+    assert status.diff(status.L2, "n1", [a], existing).delete == ()
+    assert status.diff(status.L2, "n1", [], existing, evict_others=True).delete == ()
+
+
 def test_settled_status_needs_no_change() -> None:
     wanted = status.wanted_bgp("n1", {"app/a": (model.PeerName("tor"),)})
     existing = [{**status.body(w, "n1", NS), "status": dict(w.status)} for w in wanted]
