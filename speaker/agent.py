@@ -51,6 +51,9 @@ SETTLE_WAIT_S = 10.0
 EVENT_CONCURRENCY = 4
 TICK_S = 10.0
 SECRETS_EVERY_S = 30.0
+# Every watched input reaches a pass through its watch (or a relist): this pass is only a
+# safety net, and at 10,000 Services it costs ~0.5 s, so not every 10 s.
+RESYNC_S = 60.0
 
 REGISTRY = prometheus_client.CollectorRegistry()
 ANNOUNCED = prometheus_client.Gauge(
@@ -436,16 +439,21 @@ class Agent:
             self.dirty.set()
 
     async def tick(self) -> None:
-        """A periodic full pass and Secret refresh, in case a watch event was missed."""
-        elapsed = 0.0
+        """Secrets are polled (they are not watched: only names and BGP passwords matter), and
+        a full pass runs now and then although no input changed, as an informer's resync does:
+        the plans are pure, so it can only repair, never disturb."""
+        since_secrets = since_pass = 0.0
         while True:
             await asyncio.sleep(TICK_S)
-            elapsed += TICK_S
-            if elapsed >= SECRETS_EVERY_S:
-                elapsed = 0.0
+            since_secrets += TICK_S
+            since_pass += TICK_S
+            if since_secrets >= SECRETS_EVERY_S:
+                since_secrets = 0.0
                 with contextlib.suppress(kube.ApiError):
                     await self.load_secrets()
-            self.dirty.set()
+            if since_pass >= RESYNC_S:
+                since_pass = 0.0
+                self.dirty.set()
 
     async def shutdown(self) -> None:
         if self.membership is not None:
