@@ -164,7 +164,7 @@ class Agent:
         The writer creates an object and then sets its status; the watch event for the create
         (status still empty) arrives after the store already holds the status we set, and is
         dropped rather than taken for somebody else's change."""
-        version = _map(obj.get("metadata")).get("resourceVersion")
+        version = watching.resource_version(obj)
         if event_type != "DELETED" and version in self._superseded:
             self._superseded.discard(version)
             return
@@ -342,7 +342,7 @@ class Agent:
                 await asyncio.sleep(1.0)
                 self._status_dirty.set()
             # Paced like the passes: echoes of our own writes must not keep it diffing.
-            await asyncio.sleep(max(DEBOUNCE_S, min(time.monotonic() - began, MAX_PAUSE_S)))
+            await _pause_after(time.monotonic() - began)
 
     async def _sync_status(self, kind: str, wanted: list[status.Wanted]) -> bool:
         me, ns = self.options.node_name, self.options.namespace
@@ -354,10 +354,11 @@ class Agent:
 
         async def create(w: status.Wanted) -> bool:
             async with gate:
+                body = status.body(w, me, ns)
                 try:
-                    created = await self.client.create(base, status.body(w, me, ns))
-                    version = _map(created.get("metadata")).get("resourceVersion")
-                    if isinstance(version, str):
+                    created = await self.client.create(base, body)
+                    version = watching.resource_version(created)
+                    if version is not None:
                         self._superseded.add(version)
                 except kube.ApiError as e:
                     if not e.conflict:
@@ -366,8 +367,7 @@ class Agent:
                 if not await self._patch_status(f"{base}/{w.name}/status", w.status):
                     return False
                 # What the server holds now: its watch events then compare equal.
-                written = {**status.body(w, me, ns), "status": dict(w.status)}
-                self.store.put(kind, None, written)
+                self.store.put(kind, None, {**body, "status": dict(w.status)})
                 return True
 
         async def update(w: status.Wanted) -> bool:
@@ -410,7 +410,7 @@ class Agent:
         self.dirty.set()
         while True:
             await self.dirty.wait()
-            await asyncio.sleep(max(DEBOUNCE_S, min(self.last_pass_s, MAX_PAUSE_S)))
+            await _pause_after(self.last_pass_s)
             self.dirty.clear()
             began = time.monotonic()
             try:
@@ -469,8 +469,10 @@ class Agent:
 _EMPTY_L2 = desired.L2Plan((), {}, {})
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+async def _pause_after(busy_s: float) -> None:
+    """As long as the work just done took (within bounds), so that it never takes more than
+    about half of the loop."""
+    await asyncio.sleep(max(DEBOUNCE_S, min(busy_s, MAX_PAUSE_S)))
 
 
 def _decoded(data: Any, key: str) -> str | None:
@@ -511,12 +513,8 @@ async def run(
     agent = Agent(options, client, layer2=layer2, bgp=bgp, membership=membership)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-
-    def own_signals() -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-
-    own_signals()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     if options.metrics_port:
         prometheus_client.start_http_server(options.metrics_port, registry=REGISTRY)
     log.info("ironlb speaker starting", extra={"node": options.node_name})

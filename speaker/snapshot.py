@@ -20,12 +20,11 @@ from typing import Any
 from ironlb import addresses, model, parsing, validation
 from ironlb import annotations as keys
 from ironlb.problems import Problem
-from speaker import desired, election
+from speaker import desired, election, status
 
 Object = Mapping[str, Any]
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-STATUS_KINDS = ("ServiceL2Status", "ServiceBGPStatus")
-STATUS_NODE_LABEL = "metallb.io/node"
+STATUS_KINDS = (status.L2, status.BGP)
 # Metadata that changes on every write without changing what the object says.
 _BOOKKEEPING = ("resourceVersion", "managedFields", "generation")
 
@@ -80,12 +79,11 @@ def slim(kind: str, obj: Object) -> dict[str, Any]:
     last-applied annotation is ten times the size of what decides its announcement."""
     if kind == "Service":
         spec = _map(obj.get("spec"))
-        status = _map(obj.get("status"))
         return {
             "kind": kind,
             "metadata": _slim_metadata(obj, annotations=True),
             "spec": _pick(spec, ("type", "loadBalancerClass", "externalTrafficPolicy")),
-            "status": _pick(status, ("loadBalancer",)),
+            "status": _pick(_map(obj.get("status")), ("loadBalancer",)),
         }
     if kind == "EndpointSlice":
         meta = _slim_metadata(obj, annotations=False)
@@ -140,7 +138,12 @@ def _same_status(a: Object | None, b: Object | None) -> bool:
     ) == b.get("status")
 
 
-_UNSET = object()
+@dataclass(frozen=True, slots=True)
+class _ConfigMemo:
+    key: tuple[int, str]  # config_version, namespace
+    last_good: model.Config | None
+    config: model.Config
+    problems: tuple[Problem, ...]
 
 
 @dataclass
@@ -159,7 +162,7 @@ class Store:
     config_version: int = 0
     _slices_of: dict[str, set[str]] = field(default_factory=dict)  # Service key -> slice keys
     _views: dict[str, desired.Service | None] = field(default_factory=dict)
-    _config_memo: tuple[Any, ...] | None = None
+    _config_memo: _ConfigMemo | None = None
 
     def put(self, kind: str, event_type: str | None, obj: Object) -> bool:
         """Record one object (or its deletion); True if it changed what a pass reads."""
@@ -210,13 +213,28 @@ class Store:
 
     def view(self, key: str) -> desired.Service | None:
         """The Service's view with its endpoints, remembered until either changes."""
-        found = self._views.get(key, _UNSET)
-        if found is _UNSET:
+        if key not in self._views:
             slices = [self.endpoint_slices[k] for k in sorted(self._slices_of.get(key, ()))]
-            found = service_view(self.services[key], slices)
-            self._views[key] = found
-        assert found is not _UNSET
-        return found  # type: ignore[return-value]
+            self._views[key] = service_view(self.services[key], slices)
+        return self._views[key]
+
+    def parsed_config(
+        self, namespace: str, last_good: model.Config | None
+    ) -> tuple[model.Config, list[Problem]]:
+        """`config_of`, parsed again only when a metallb.io object or a Secret name changed
+        (or another last good configuration is given: it is compared by identity, being the
+        object an earlier pass returned)."""
+        memo = self._config_memo
+        if (
+            memo is None
+            or memo.key != (self.config_version, namespace)
+            or memo.last_good is not last_good
+        ):
+            config, problems = config_of(self, namespace, last_good)
+            memo = self._config_memo = _ConfigMemo(
+                (self.config_version, namespace), last_good, config, tuple(problems)
+            )
+        return memo.config, list(memo.problems)
 
     def _slice_moved(self, key: str, old: Object | None, new: Object | None) -> bool:
         before, after = _owner(old), _owner(new)
@@ -234,7 +252,7 @@ class Store:
         if self.status_node is None:
             return True
         labels = _map(_map(obj.get("metadata")).get("labels"))
-        return labels.get(STATUS_NODE_LABEL) == self.status_node
+        return labels.get(status.NODE_LABEL) == self.status_node
 
     def _table(self, kind: str) -> dict[str, Object]:
         if kind == "Service":
@@ -394,12 +412,7 @@ def build(
     last_good: model.Config | None = None,
 ) -> tuple[desired.Snapshot, list[Problem]]:
     """The whole snapshot; `alive` None means membership is off: Node Ready decides."""
-    memo = (store.config_version, namespace, last_good)
-    if store._config_memo is not None and _same_memo(store._config_memo[:3], memo):
-        config, problems = store._config_memo[3], list(store._config_memo[4])
-    else:
-        config, problems = config_of(store, namespace, last_good)
-        store._config_memo = (*memo, config, tuple(problems))
+    config, problems = store.parsed_config(namespace, last_good)
     services = []
     for key in sorted(store.services):
         if not handles(store.services[key], lb_class):
@@ -417,8 +430,3 @@ def build(
         ignore_exclude_lb=ignore_exclude_lb,
     )
     return snap, problems
-
-
-def _same_memo(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    # The last good configuration is compared by identity: it is the object a pass returned.
-    return a[0] == b[0] and a[1] == b[1] and a[2] is b[2]

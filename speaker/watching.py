@@ -39,7 +39,7 @@ class Gone(Exception):
     """The server cannot resume from our resourceVersion any more."""
 
 
-def _version(obj: Any) -> str | None:
+def resource_version(obj: Any) -> str | None:
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
     return str(version) if version else None
@@ -113,4 +113,4 @@ async def _watch_once(
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             obj.setdefault("kind", source.kind)
             observe(source.kind, kind, obj)
-        cursor[0] = _version(obj) or cursor[0]
+        cursor[0] = resource_version(obj) or cursor[0]

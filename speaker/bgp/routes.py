@@ -177,10 +177,10 @@ def desired(
         for prefix, how in merged.items():
             if isinstance(how, _Merge):
                 attrs = _attributes(how, peer)
+            elif (cached := built.get(id(how))) is not None:
+                attrs = cached
             else:
-                known = built.get(id(how))
-                attrs = known if known is not None else _attributes(_merged(how), peer)
-                built[id(how)] = attrs
+                attrs = built[id(how)] = _attributes(_merged(how), peer)
             if attrs.community_count > MAX_COMMUNITIES:
                 found.append(
                     problems.Problem(
