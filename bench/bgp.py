@@ -891,8 +891,8 @@ def link_cuts(lab: network_lab.Lab, fib: Fib, cuts: int, bfd: bool) -> list[floa
     return results
 
 
-def enable_bfd(lab: network_lab.Lab, fib: Fib) -> None:
-    lab.vtysh("configure terminal", *TOR_BFD_ON)
+def use_bfd_profile(lab: network_lab.Lab) -> None:
+    """Give the ToR's BGPPeer the BFD profile (the ToR's own BFD is configured apart)."""
     lab.kubectl(
         "patch",
         "bgppeer",
@@ -903,6 +903,11 @@ def enable_bfd(lab: network_lab.Lab, fib: Fib) -> None:
         "-p",
         json.dumps({"spec": {"bfdProfile": BFD_PROFILE}}),
     )
+
+
+def enable_bfd(lab: network_lab.Lab, fib: Fib) -> None:
+    lab.vtysh("configure terminal", *TOR_BFD_ON)
+    use_bfd_profile(lab)
     everyone = node_addresses(lab, range(1, lab.nodes + 1))
     deploy.wait_until("BFD up on the ToR", lambda: tor_bfd_up(lab) >= everyone, 60)
     prefix = f"{small_vip(0)}/32"
@@ -1081,16 +1086,7 @@ def bfd_under_load(
     began = time.monotonic()
     lab.vtysh("configure terminal", *TOR_BFD_ON)
     try:
-        lab.kubectl(
-            "patch",
-            "bgppeer",
-            "tor",
-            "-n",
-            NS,
-            "--type=merge",
-            "-p",
-            json.dumps({"spec": {"bfdProfile": BFD_PROFILE}}),
-        )
+        use_bfd_profile(lab)
         everyone = node_addresses(lab, range(1, lab.nodes + 1))
         settle = time.monotonic() + 180
         up = False

@@ -89,6 +89,17 @@ def node_index_of_mac(lab: network_lab.Lab, mac: str | None) -> int | None:
     return None
 
 
+def wait_for_l2_status_of(lab: network_lab.Lab, namespace: str, node: int, who: str) -> None:
+    """Until the namespace's ServiceL2Status objects name that node and no other."""
+    deploy.wait_until(
+        f"only the ServiceL2Status of {who}",
+        lambda: (
+            objects.status_nodes(lab, "servicel2statuses", namespace) == {lab.node_names[node - 1]}
+        ),
+        timeout=30,
+    )
+
+
 def touch(lab: network_lab.Lab, vip: str) -> None:
     """Make the ToR resolve the VIP, as a client talking to it would."""
     flag = "-6" if ":" in vip else "-4"
@@ -145,14 +156,7 @@ def test_failover_moves_the_tor_neighbour_entry(
         assert arp_macs(lab, vip) == {lab.node_mac(successor)}
         # The old owner cannot remove its ServiceL2Status (dead, or cut off from the API
         # server): the successor does, so that status names one announcer.
-        deploy.wait_until(
-            "only the successor's ServiceL2Status",
-            lambda: (
-                objects.status_nodes(lab, "servicel2statuses", app_namespace)
-                == {lab.node_names[successor - 1]}
-            ),
-            timeout=30,
-        )
+        wait_for_l2_status_of(lab, app_namespace, successor, "the successor")
     finally:
         if how == "sigkill":
             deployment.stop_speaker(owner, signal.SIGKILL)
@@ -165,14 +169,7 @@ def test_failover_moves_the_tor_neighbour_entry(
         lambda: arp_macs(lab, vip) == {lab.node_mac(owner)},
         timeout=40,
     )
-    deploy.wait_until(
-        "only the owner's ServiceL2Status again",
-        lambda: (
-            objects.status_nodes(lab, "servicel2statuses", app_namespace)
-            == {lab.node_names[owner - 1]}
-        ),
-        timeout=30,
-    )
+    wait_for_l2_status_of(lab, app_namespace, owner, "the owner again")
 
 
 def test_local_policy_follows_the_endpoint(
