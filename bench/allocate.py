@@ -14,8 +14,8 @@ For each count N (1,000 and 10,000; `--quick`: 1,000 only) it measures, in one r
   `restart_writes` the writes it made by then plus a short settling period (must be 0).
 * floor (measured first, before any controller runs, so the cluster holds the same objects as
   in the backlog phase; its Services are deleted again before the controller starts): a bare
-  client loop over the same `controller.kube.Client`, with the
-  same number of requests in flight (`controller.kube.CONCURRENCY`), PATCHes the status of N
+  client loop over the same `ironlb_io.kube.Client`, with the
+  same number of requests in flight (`ironlb_io.kube.CONCURRENCY`), PATCHes the status of N
   other pending Services (of a loadBalancerClass the controller ignores; one merge patch
   each, the body the controller sends), observed through the same watch. `ratio_to_floor` is
   `assign_s / floor_s`: the controller's whole pipeline against the bare minimum of writes.
@@ -49,8 +49,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controller import kube  # noqa: E402
 from hack import cluster as local_cluster  # noqa: E402
+from ironlb_io import kube  # noqa: E402
 
 NAMESPACE = "metallb-system"
 POOL = "bench"

@@ -52,9 +52,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controller import kube  # noqa: E402
 from hack import deploy  # noqa: E402
 from hack import lab as network_lab  # noqa: E402
+from ironlb_io import kube  # noqa: E402
 from speaker.bgp import exabgp, rendering  # noqa: E402
 
 NS = "metallb-system"

@@ -6,7 +6,8 @@ import argparse
 import asyncio
 import sys
 
-from controller import kube, logs, operator
+from controller import operator
+from ironlb_io import kube, logs
 
 
 def parse_args(argv: list[str] | None = None) -> operator.Options:

@@ -15,8 +15,9 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from controller import config_report, kube
+from controller import config_report
 from ironlb import events, model, parsing, validation
+from ironlb_io import kube
 
 log = logging.getLogger("ironlb.controller")
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller import kube
+from ironlb_io import kube
 
 log = logging.getLogger("ironlb.leader")
 

@@ -32,8 +32,9 @@ from typing import Any
 
 import kopf
 
-from controller import certs, config_reporting, kube, leader, metrics, reconciling, webhook
+from controller import certs, config_reporting, leader, metrics, reconciling, webhook
 from ironlb import model
+from ironlb_io import kube
 
 log = logging.getLogger("ironlb.controller")
 

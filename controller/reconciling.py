@@ -38,8 +38,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from controller import allocator, kube, metrics, snapshot
-from ironlb import model
+from controller import allocator, metrics, snapshot
+from ironlb import model, services
+from ironlb_io import kube
 
 log = logging.getLogger("ironlb.controller")
 
@@ -128,8 +129,8 @@ class Reconciler:
 
     def observe_service(self, type_: str | None, obj: Mapping[str, Any]) -> None:
         self.metrics.updates.inc()
-        key = snapshot.service_key(obj)
-        if type_ == "DELETED" or not snapshot.class_matches(obj, self.lb_class):
+        key = services.key(obj)
+        if type_ == "DELETED" or not services.class_matches(obj, self.lb_class):
             # Gone, or another implementation's: not kept at all (cheap for clusters full of
             # them); if we held it, forgetting it frees its addresses on the next round.
             if self.services.pop(key, None) is not None:
@@ -227,10 +228,10 @@ class Reconciler:
     async def resync(self) -> None:
         """Re-LIST Services and pools and fold them in: drop objects the watch never said were
         deleted, take newer versions. Level-triggered: a missed event costs one period."""
-        services, version = await self.client.list(kube.core_path("services"))
+        listed, version = await self.client.list(kube.core_path("services"))
         seen = set()
-        for svc in services:
-            seen.add(snapshot.service_key(svc))
+        for svc in listed:
+            seen.add(services.key(svc))
             self.observe_service(None, svc)
         for key in [k for k in self.services if k not in seen]:
             if not snapshot.newer(self.services[key].resource_version, version):

@@ -10,19 +10,11 @@ a user can write any string into an annotation.
 from __future__ import annotations
 
 import enum
-import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ironlb import addresses
-
-ANNOTATION_LOAD_BALANCER_IPS = "metallb.io/loadBalancerIPs"
-ANNOTATION_ADDRESS_POOL = "metallb.io/address-pool"
-ANNOTATION_ALLOW_SHARED_IP = "metallb.io/allow-shared-ip"
-ANNOTATION_ALLOCATED_FROM_POOL = "metallb.io/ip-allocated-from-pool"
-DEPRECATED_LOAD_BALANCER_IPS = "metallb.universe.tf/loadBalancerIPs"
-DEPRECATED_ADDRESS_POOL = "metallb.universe.tf/address-pool"
-DEPRECATED_ALLOW_SHARED_IP = "metallb.universe.tf/allow-shared-ip"
+from ironlb import annotations as keys
 
 
 class ServiceFamily(enum.Enum):
@@ -62,20 +54,6 @@ class RequestedIPs:
 NOTHING_REQUESTED = RequestedIPs()
 
 
-def parse_ip(text: str) -> addresses.IPAddress | None:
-    """Parse one address the way Go's net.ParseIP does (an IPv4-mapped IPv6 address is IPv4)."""
-    text = text.strip()
-    if not text or "%" in text:  # Go rejects zones; Python would accept "fe80::1%eth0"
-        return None
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
-
-
 def _quote_list(texts: Sequence[str]) -> str:
     """Go's %q of a []string: ["a" "b"]."""
     return "[" + " ".join(f'"{t}"' for t in texts) + "]"
@@ -103,7 +81,7 @@ def cluster_family(
     texts = list(cluster_ips) if cluster_ips else ([cluster_ip] if cluster_ip else [])
     if not texts:
         return None
-    parsed = [parse_ip(t) for t in texts]
+    parsed = [addresses.parse_ip(t) for t in texts]
     valid = [ip for ip in parsed if ip is not None]
     if len(valid) != len(parsed):
         return ServiceFamily.UNKNOWN
@@ -115,20 +93,14 @@ def primary_family(ip_families: Sequence[str]) -> addresses.Family:
     return 6 if ip_families and ip_families[0] == "IPv6" else 4
 
 
-def _annotation(annotations: Mapping[str, str], key: str, deprecated: str) -> str | None:
-    if key in annotations:
-        return annotations[key]
-    return annotations.get(deprecated)
-
-
 def requested_pool(annotations: Mapping[str, str]) -> str | None:
     """`metallb.io/address-pool` (or its deprecated spelling); empty means no pool asked for."""
-    return _annotation(annotations, ANNOTATION_ADDRESS_POOL, DEPRECATED_ADDRESS_POOL) or None
+    return keys.read(annotations, keys.ADDRESS_POOL) or None
 
 
 def sharing_key(annotations: Mapping[str, str]) -> str | None:
     """`metallb.io/allow-shared-ip`; None when absent. An empty value allows no sharing either."""
-    return _annotation(annotations, ANNOTATION_ALLOW_SHARED_IP, DEPRECATED_ALLOW_SHARED_IP)
+    return keys.read(annotations, keys.ALLOW_SHARED_IP)
 
 
 def backend_key(selector: Mapping[str, str] | None, external_traffic_policy: str | None) -> str:
@@ -145,40 +117,27 @@ def requested_ips(
 
     Errors carry MetalLB's texts: both set, an unparsable entry, two of one family, three or more.
     """
-    annotated = (
-        _annotation(annotations, ANNOTATION_LOAD_BALANCER_IPS, DEPRECATED_LOAD_BALANCER_IPS) or ""
-    )
+    annotated = keys.read(annotations, keys.LOAD_BALANCER_IPS) or ""
     spec = spec_load_balancer_ip or ""
     if not annotated and not spec:
         return RequestedIPs()
     if annotated and spec:
         return RequestedIPs(
-            error=f"service can not have both {ANNOTATION_LOAD_BALANCER_IPS} and "
+            error=f"service can not have both {keys.LOAD_BALANCER_IPS.name} and "
             "svc.Spec.LoadBalancerIP"
         )
     if annotated:
         ips: list[addresses.IPAddress] = []
         for part in annotated.split(","):
-            ip = parse_ip(part)
+            ip = addresses.parse_ip(part.strip())  # MetalLB trims each entry, and only these
             if ip is None:
-                return RequestedIPs(error=f'invalid {ANNOTATION_LOAD_BALANCER_IPS}: "{annotated}"')
+                return RequestedIPs(error=f'invalid {keys.LOAD_BALANCER_IPS.name}: "{annotated}"')
             ips.append(ip)
         family, error = family_of(ips)
         if error is not None:
             return RequestedIPs(error=error)
         return RequestedIPs(tuple(ips), family)
-    ip = parse_ip(spec)
+    ip = addresses.parse_ip(spec)
     if ip is None:
         return RequestedIPs(error=f'invalid spec.loadBalancerIP "{spec}"')
     return RequestedIPs((ip,), family_of([ip])[0])
-
-
-def ingress_ips(entries: Sequence[Mapping[str, str]]) -> tuple[addresses.IPAddress, ...]:
-    """The addresses in `status.loadBalancer.ingress`; hostname-only and unparsable entries are
-    skipped (MetalLB ignores hostname entries; a mangled address cannot be re-asserted anyway)."""
-    found: list[addresses.IPAddress] = []
-    for entry in entries:
-        ip = parse_ip(entry.get("ip") or "")
-        if ip is not None:
-            found.append(ip)
-    return tuple(found)

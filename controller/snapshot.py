@@ -32,13 +32,11 @@ from typing import Any
 from controller import allocator, requests
 
 # Aliased: `annotations` is also the name of the __future__ feature imported above.
-from ironlb import addresses, model, parsing, validation
+from ironlb import addresses, model, parsing, services, validation
 from ironlb import annotations as keys
 from ironlb.problems import Problem
 
 COMPONENT = "metallb-controller"
-
-Ingress = tuple[tuple[str | None, str | None], ...]  # (ip, hostname) per ingress entry
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -78,7 +76,7 @@ class ServiceView:
     uid: str
     request: allocator.ServiceRequest
     lb_class: str | None
-    ingress: Ingress  # status.loadBalancer.ingress as applied
+    ingress: services.Entries  # status.loadBalancer.ingress as applied
     allocated_pool: str | None  # the metallb.io/ip-allocated-from-pool annotation as applied
     deprecated: tuple[str, ...]  # metallb.universe.tf/* annotation keys present
     resource_version: str = dataclasses.field(default="", compare=False)
@@ -93,11 +91,6 @@ class ServiceView:
         return bool(self.ingress) or self.allocated_pool is not None
 
 
-def service_key(obj: Mapping[str, Any]) -> str:
-    meta = _mapping(obj.get("metadata"))
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
 def _ports(spec: Mapping[str, Any]) -> tuple[allocator.Port, ...]:
     ports: list[allocator.Port] = []
     for entry in spec.get("ports") or []:
@@ -106,20 +99,14 @@ def _ports(spec: Mapping[str, Any]) -> tuple[allocator.Port, ...]:
     return tuple(ports)
 
 
-def _ingress(status: Mapping[str, Any]) -> tuple[Ingress, tuple[Mapping[str, str], ...]]:
-    entries = _mapping(status.get("loadBalancer")).get("ingress") or []
-    raw = tuple(_strings(e) for e in entries if isinstance(e, Mapping))
-    return tuple((e.get("ip"), e.get("hostname")) for e in raw), raw
-
-
 def service_view(obj: Mapping[str, Any]) -> ServiceView:
     """Read a Service dict (as the API returns it) once."""
     meta = _mapping(obj.get("metadata"))
     spec = _mapping(obj.get("spec"))
     notes = _strings(meta.get("annotations"))
     namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-    key = f"{namespace}/{name}"
-    ingress, raw_ingress = _ingress(_mapping(obj.get("status")))
+    key = services.key(obj)
+    ingress = services.ingress(obj)
     cluster_ips = [str(ip) for ip in spec.get("clusterIPs") or [] if ip]
     cluster_ip = spec.get("clusterIP")
     if cluster_ip == "None":  # headless: no cluster IP at all
@@ -139,18 +126,19 @@ def service_view(obj: Mapping[str, Any]) -> ServiceView:
             _strings(spec.get("selector")), spec.get("externalTrafficPolicy")
         ),
         ports=_ports(spec),
-        current_ips=requests.ingress_ips(raw_ingress),
-        load_balancer=spec.get("type") == "LoadBalancer",
+        # An ingress address that does not parse is dropped here rather than cleared with the
+        # rest (MetalLB clears): it cannot be re-asserted, and the other family's can.
+        current_ips=ingress.ips,
+        load_balancer=services.is_load_balancer(obj),
     )
-    lb_class = spec.get("loadBalancerClass")
     return ServiceView(
         key=key,
         namespace=namespace,
         name=name,
         uid=str(meta.get("uid", "")),
         request=request,
-        lb_class=str(lb_class) if lb_class else None,
-        ingress=ingress,
+        lb_class=services.lb_class(obj),
+        ingress=ingress.entries,
         allocated_pool=notes.get(keys.IP_ALLOCATED_FROM_POOL),
         deprecated=tuple(keys.deprecated_keys(notes)),
         resource_version=str(meta.get("resourceVersion", "")),
@@ -158,14 +146,7 @@ def service_view(obj: Mapping[str, Any]) -> ServiceView:
 
 
 def handled(view: ServiceView, lb_class: str) -> bool:
-    """MetalLB's filterByLoadBalancerClass: no class when run without --lb-class, else exactly
-    that class. Everything else belongs to another implementation and is never touched."""
-    return view.lb_class == (lb_class or None)
-
-
-def class_matches(obj: Mapping[str, Any], lb_class: str) -> bool:
-    """`handled` on the raw object, before paying for a full `service_view`."""
-    return (_mapping(obj.get("spec")).get("loadBalancerClass") or None) == (lb_class or None)
+    return services.is_our_class(view.lb_class, lb_class)
 
 
 def relevant(view: ServiceView, lb_class: str) -> bool:
@@ -184,7 +165,7 @@ class Desired:
     pool: str | None = None
 
     @property
-    def ingress(self) -> Ingress:
+    def ingress(self) -> services.Entries:
         return tuple((str(ip), None) for ip in self.ips)
 
 

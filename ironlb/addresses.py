@@ -54,11 +54,26 @@ class AddressRange:
         return f"{self.address(self.first)}-{self.address(self.last)}"
 
 
-def parse_address(text: str) -> IPAddress | None:
+def parse_ip(text: object) -> IPAddress | None:
+    """An IP address as Go's net.ParseIP reads it, which is how MetalLB reads every address.
+
+    Go's rule differs from Python's `ip_address` in two places, and both matter here:
+    * a zone (`fe80::1%eth0`) is refused: Python accepts it, Go does not;
+    * an IPv4-mapped IPv6 address (`::ffff:10.0.0.1`) is IPv4: Go keeps every address in 16
+      bytes and `To4()` recovers the IPv4 one, so MetalLB counts it in IPv4 pools and families,
+      and prints (and hashes) it as `10.0.0.1`.
+    Surrounding spaces are refused, as Go does; callers that MetalLB trims first (the parts of
+    the loadBalancerIPs annotation, the ends of a pool range) strip before calling.
+    """
+    if not isinstance(text, str) or "%" in text:
+        return None
     try:
-        return ipaddress.ip_address(text.strip())
+        address = ipaddress.ip_address(text)
     except ValueError:
         return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
 
 
 def parse_range(text: str) -> AddressRange | str:
@@ -76,7 +91,8 @@ def parse_range(text: str) -> AddressRange | str:
         return AddressRange(net.version, int(net.network_address), int(net.broadcast_address))
     if "-" in text:
         start_text, _, end_text = text.partition("-")
-        start, end = parse_address(start_text), parse_address(end_text)
+        # MetalLB trims spaces around the ends of a range ("10.0.0.1 - 10.0.0.9").
+        start, end = parse_ip(start_text.strip()), parse_ip(end_text.strip())
         if start is None or end is None:
             return f"{text!r} is not a valid range: both ends must be IP addresses"
         if start.version != end.version:
@@ -84,7 +100,7 @@ def parse_range(text: str) -> AddressRange | str:
         if int(start) > int(end):
             return f"{text!r}: the start of the range is after its end"
         return AddressRange(start.version, int(start), int(end))
-    address = parse_address(text)
+    address = parse_ip(text)
     if address is None:
         return f"{text!r} is not a CIDR or a range"
     return f"{text!r} is a single address; write it as {address}/{address.max_prefixlen}"

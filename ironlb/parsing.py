@@ -13,7 +13,6 @@ fixtures, old apiservers and tests, so nothing here trusts it.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -100,16 +99,6 @@ def parse_community_value(text: str) -> model.BGPCommunity | model.CommunityRef 
     if not text:
         return "must not be empty"
     return model.CommunityRef(model.AliasName(text))
-
-
-def parse_ip(text: object) -> addresses.IPAddress | None:
-    """An IP address as Go's net.ParseIP reads it: no surrounding spaces, no zone."""
-    if not isinstance(text, str) or text != text.strip() or "%" in text:
-        return None
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        return None
 
 
 # --- Field reader --------------------------------------------------------------------------------
@@ -204,7 +193,7 @@ class _Fields:
         text = self.string(raw, key, path)
         if not text:
             return None
-        address = parse_ip(text)
+        address = addresses.parse_ip(text)
         if address is None:
             self.problem(path, f"invalid {what} {text!r}: not an IP address")
         return address

@@ -18,9 +18,9 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from controller import kube
 from ironlb import model
 from ironlb_cli import status_view
+from ironlb_io import kube
 
 EVENT_SELECTOR = "involvedObject.kind=Service,type=Warning"
 MAX_METRICS_BYTES = 8 * 1024 * 1024

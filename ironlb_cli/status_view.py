@@ -19,7 +19,6 @@ as blanks, it never stops the command.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,8 +27,8 @@ from typing import Any
 
 from prometheus_client import parser as prom_parser
 
+from ironlb import addresses, model, parsing, selectors, services, validation
 from ironlb import annotations as keys
-from ironlb import model, parsing, selectors, validation
 
 SCHEMA_VERSION = 1
 UNKNOWN = "unknown"
@@ -275,13 +274,13 @@ def build(inputs: Inputs) -> View:
     config, problems = _config(inputs)
     nodes_raw = [n for n in inputs.nodes if _str(_meta(n).get("name"))]
     scraped, scrape_rows, scrape_problems = _match_scrapes(inputs.scrapes, nodes_raw)
-    services = _services(inputs, config)
-    pools = _pools(inputs.config.get(model.IP_ADDRESS_POOL, ()), config, services)
+    service_views = _services(inputs, config)
+    pools = _pools(inputs.config.get(model.IP_ADDRESS_POOL, ()), config, service_views)
     sessions = _sessions(config, nodes_raw, scraped)
     nodes = _nodes(nodes_raw, scraped)
     return View(
         pools=pools,
-        services=services,
+        services=service_views,
         sessions=sessions,
         nodes=nodes,
         problems=(*problems, *scrape_problems),
@@ -340,10 +339,9 @@ def _match_scrapes(
 
 
 def _canonical(address: str) -> str:
-    try:
-        return str(ipaddress.ip_address(address))
-    except ValueError:
-        return address
+    """One spelling per address, so a node's address and a scrape URL's host compare equal."""
+    ip = addresses.parse_ip(address)
+    return address if ip is None else str(ip)
 
 
 def _services(inputs: Inputs, config: model.Config) -> tuple[ServiceView, ...]:
@@ -363,17 +361,13 @@ def _services(inputs: Inputs, config: model.Config) -> tuple[ServiceView, ...]:
             bgp.setdefault(key, []).append(Announcement("bgp", parsed_bgp.node, peers=peers))
     warnings = _latest_warnings(inputs.events)
     out = []
-    for raw in inputs.services:
-        spec = _map(_map(raw).get("spec"))
-        meta = _meta(raw)
-        if spec.get("type") != "LoadBalancer":
+    for raw in map(_map, inputs.services):
+        if not services.ours(raw, inputs.lb_class):
             continue
-        if _str(spec.get("loadBalancerClass")) != inputs.lb_class:
-            continue
+        spec, meta = _map(raw.get("spec")), _meta(raw)
         namespace, name = _str(meta.get("namespace")), _str(meta.get("name"))
-        key = f"{namespace}/{name}"
-        ingress = _list(_map(_map(_map(raw).get("status")).get("loadBalancer")).get("ingress"))
-        ips = tuple(ip for e in ingress if (ip := _str(_map(e).get("ip"))))
+        key = services.key(raw)
+        ips = services.ingress(raw).texts  # as written: an address that does not parse shows
         notes = _map(meta.get("annotations"))
         pool = _str(notes.get(keys.IP_ALLOCATED_FROM_POOL)) or None
         policy = _str(spec.get("externalTrafficPolicy")) or "Cluster"

@@ -15,7 +15,7 @@ import socket
 import sys
 from pathlib import Path
 
-from controller import logs
+from ironlb_io import logs
 from speaker import agent, appliers
 from speaker.membership import config as membership_config
 from speaker.membership import messages as membership_messages

@@ -4,7 +4,7 @@ Start-up order, and why:
 1. membership starts (so other speakers see us early) and metrics listen;
 2. Services, EndpointSlices, Nodes, the metallb.io kinds, our status objects and the Secret names
    are LISTed: nothing is decided from a partial view; each kind is then watched from its
-   list's resourceVersion (`speaker.watching`), feeding the same store;
+   list's resourceVersion (`ironlb_io.watching`), feeding the same store;
 3. the loop runs: whenever something a pass reads changed (a watch event the Store says
    matters, a membership change, a periodic tick), the whole snapshot is rebuilt, the pure plans
    computed (`speaker.desired`) and handed to the layer 2 and BGP appliers (which diff against
@@ -34,10 +34,10 @@ from typing import Any, Protocol
 
 import prometheus_client
 
-from controller import kube
-from ironlb import addresses, events, model
+from ironlb import addresses, events, model, services
 from ironlb.problems import Problem
-from speaker import desired, snapshot, status, watching
+from ironlb_io import kube, watching
+from speaker import desired, snapshot, status
 
 log = logging.getLogger("ironlb.speaker")
 
@@ -207,7 +207,7 @@ class Agent:
         """Secret names in our namespace (dangling-reference checks) and BGP passwords, which
         MetalLB reads from `kubernetes.io/basic-auth` Secrets' `password` key."""
         items, _ = await self.client.list(kube.core_path("secrets", self.options.namespace))
-        names = {snapshot.key_of(s): {"metadata": {"name": s["metadata"]["name"]}} for s in items}
+        names = {services.key(s): {"metadata": {"name": s["metadata"]["name"]}} for s in items}
         passwords = {
             s["metadata"]["name"]: password
             for s in items

@@ -16,11 +16,10 @@ Liveness comes from membership; without it, from the Node Ready condition (`read
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ironlb import model
+from ironlb import addresses, model
 
 EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 
@@ -32,11 +31,11 @@ class NodeInfo:
     network_unavailable: bool = False
 
 
-def canonical(address: str) -> str:
-    """The address as Go's net.IP.String() prints it (IPv4-mapped IPv6 as dotted quad)."""
-    ip = ipaddress.ip_address(address.strip())
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped)
+def _printed(address: str) -> str:
+    """The address as Go's net.IP.String() prints it, which is the text MetalLB hashes."""
+    ip = addresses.parse_ip(address)
+    if ip is None:
+        raise ValueError(f"not an IP address: {address!r}")
     return str(ip)
 
 
@@ -46,7 +45,7 @@ def _hash(node: str, address: str) -> bytes:
 
 def order(address: str, nodes: Iterable[str], scores: Mapping[str, int] | None = None) -> list[str]:
     """Candidates, best first."""
-    ip = canonical(address)
+    ip = _printed(address)
     weights = scores or {}
     return sorted(set(nodes), key=lambda n: (-weights.get(n, 0), _hash(n, ip)))
 

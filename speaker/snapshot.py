@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ironlb import addresses, model, parsing, validation
 from ironlb import annotations as keys
+from ironlb import model, parsing, services, validation
 from ironlb.problems import Problem
 from speaker import desired, election, status
 
@@ -36,11 +36,6 @@ def _map(value: Any) -> Mapping[str, Any]:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
-
-
-def key_of(obj: Object) -> str:
-    meta = _map(obj.get("metadata"))
-    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
 def _pick(mapping: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
@@ -166,7 +161,7 @@ class Store:
 
     def put(self, kind: str, event_type: str | None, obj: Object) -> bool:
         """Record one object (or its deletion); True if it changed what a pass reads."""
-        key = key_of(obj)
+        key = services.key(obj)
         table = self._table(kind)
         old = table.get(key)
         if event_type == "DELETED":
@@ -198,7 +193,7 @@ class Store:
         changed = False
         seen = set()
         for obj in objects:
-            seen.add(key_of(obj))
+            seen.add(services.key(obj))
             changed |= self.put(kind, None, obj)
         for key in [k for k in self._table(kind) if k not in seen]:
             changed |= self.put(kind, "DELETED", self._table(kind)[key])
@@ -279,28 +274,6 @@ def _labels(obj: Object) -> model.Labels:
     return tuple(sorted((str(k), str(v)) for k, v in raw.items()))
 
 
-def handles(service: Object, lb_class: str) -> bool:
-    """A LoadBalancer Service with no class, or with ours (MetalLB's --lb-class rule)."""
-    spec = _map(service.get("spec"))
-    if spec.get("type") != "LoadBalancer":
-        return False
-    return (spec.get("loadBalancerClass") or "") == lb_class
-
-
-def ingress_ips(service: Object) -> tuple[addresses.IPAddress, ...] | None:
-    """The addresses in status; None when an entry does not parse (MetalLB's invalidIP)."""
-    entries = _list(_map(_map(service.get("status")).get("loadBalancer")).get("ingress"))
-    ips: list[addresses.IPAddress] = []
-    for entry in entries:
-        if not isinstance(entry, Mapping) or not entry.get("ip"):
-            continue  # hostname-only entries are not ours
-        ip = addresses.parse_address(str(entry["ip"]))
-        if ip is None:
-            return None
-        ips.append(ip)
-    return tuple(ips)
-
-
 def endpoints(slices: Iterable[Object]) -> tuple[desired.Endpoint, ...]:
     out: list[desired.Endpoint] = []
     for s in slices:
@@ -324,14 +297,14 @@ def endpoints(slices: Iterable[Object]) -> tuple[desired.Endpoint, ...]:
 def service_view(service: Object, slices: Iterable[Object]) -> desired.Service | None:
     meta = _map(service.get("metadata"))
     spec = _map(service.get("spec"))
-    ips = ingress_ips(service)
-    if ips is None:
-        return None
+    ingress = services.ingress(service)
+    if ingress.invalid:
+        return None  # MetalLB's invalidIP: withdrawn until every entry parses
     notes = _map(meta.get("annotations"))
     return desired.Service(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
-        ips=ips,
+        ips=ingress.ips,
         labels=_labels(service),
         local=spec.get("externalTrafficPolicy") == "Local",
         shares=keys.has(notes, keys.ALLOW_SHARED_IP),
@@ -413,18 +386,18 @@ def build(
 ) -> tuple[desired.Snapshot, list[Problem]]:
     """The whole snapshot; `alive` None means membership is off: Node Ready decides."""
     config, problems = store.parsed_config(namespace, last_good)
-    services = []
+    views = []
     for key in sorted(store.services):
-        if not handles(store.services[key], lb_class):
+        if not services.ours(store.services[key], lb_class):
             continue
         view = store.view(key)
         if view is not None:
-            services.append(view)
+            views.append(view)
     nodes = {v.name: v for v in (node_view(n) for n in store.nodes.values()) if v.name}
     live = ready_nodes(store.nodes.values()) if alive is None else alive
     snap = desired.Snapshot(
         config=config,
-        services=tuple(services),
+        services=tuple(views),
         nodes=nodes,
         alive=live,
         ignore_exclude_lb=ignore_exclude_lb,

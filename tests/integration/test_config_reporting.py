@@ -11,7 +11,8 @@ from typing import Any
 import kubernetes
 import pytest
 
-from controller import config_reporting, kube
+from controller import config_reporting
+from ironlb_io import kube
 from tests.conftest import METALLB_NAMESPACE, api_object
 
 pytestmark = pytest.mark.integration

@@ -429,7 +429,7 @@ def test_controller_webhook_reads_configuration_and_secret_names(
 
 SPEAKER = """
 import asyncio, json, sys
-from controller import logs
+from ironlb_io import logs
 from speaker import agent
 
 class Layer2:

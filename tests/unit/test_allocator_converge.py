@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from controller import allocator, requests
-from ironlb import addresses, selectors
+from ironlb import addresses, selectors, services
+from ironlb import annotations as keys
 
 R = allocator.Reason
 SET, CLEAR, KEEP = allocator.Status.SET, allocator.Status.CLEAR, allocator.Status.KEEP
@@ -64,7 +65,7 @@ def service(
         sharing_key=requests.sharing_key(annotations),
         backend_key=requests.backend_key(selector, etp),
         ports=ports,
-        current_ips=requests.ingress_ips(entries),
+        current_ips=services.ingress({"status": {"loadBalancer": {"ingress": entries}}}).ips,
         load_balancer=type_ == "LoadBalancer",
     )
 
@@ -93,8 +94,8 @@ FIXTURE_C = (
 V4_CLUSTER = ("1.2.3.4",)
 V6_CLUSTER = ("3000::1",)
 DUAL_CLUSTER = ("1.2.3.4", "3000::1")
-POOL = requests.ANNOTATION_ADDRESS_POOL
-LB_IPS = requests.ANNOTATION_LOAD_BALANCER_IPS
+POOL = keys.ADDRESS_POOL.name
+LB_IPS = keys.LOAD_BALANCER_IPS.name
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ CASES = [
     ),
     Case(
         "deprecated loadBalancerIPs annotation",
-        service(annotations={requests.DEPRECATED_LOAD_BALANCER_IPS: "1.2.3.1"}),
+        service(annotations={keys.LOAD_BALANCER_IPS.legacy: "1.2.3.1"}),
         SET,
         "1.2.3.1",
         "pool1",
@@ -198,7 +199,7 @@ CASES = [
     ),
     Case(
         "deprecated address-pool annotation",
-        service(annotations={requests.DEPRECATED_ADDRESS_POOL: "pool2"}),
+        service(annotations={keys.ADDRESS_POOL.legacy: "pool2"}),
         SET,
         "3.4.5.6",
         "pool2",
@@ -692,7 +693,7 @@ def test_addresses_survive_restarts_even_when_pending_services_sort_first() -> N
 
 def test_sharing_follows_external_traffic_policy_and_selectors() -> None:
     c = Cluster([pool("p", "192.168.10.0/32")])
-    share = {requests.ANNOTATION_ALLOW_SHARED_IP: "share"}
+    share = {keys.ALLOW_SHARED_IP.name: "share"}
 
     def svc(key: str, port: int, etp: str, selector: str) -> allocator.ServiceRequest:
         return service(
@@ -777,7 +778,7 @@ def test_reprocess_when_the_sharing_key_changes_or_room_is_freed() -> None:
     first = allocator.converge(a, service("default/a"))
     assert first.ok and not first.reprocess_all
     keyed = service(
-        "default/a", ingress=("10.0.0.0",), annotations={requests.ANNOTATION_ALLOW_SHARED_IP: "k"}
+        "default/a", ingress=("10.0.0.0",), annotations={keys.ALLOW_SHARED_IP.name: "k"}
     )
     assert allocator.converge(a, keyed).reprocess_all
     assert not allocator.converge(a, keyed).reprocess_all
@@ -809,8 +810,8 @@ REQUESTS = [
     ({LB_IPS: "1.2.3.4"}, None, "1.2.3.4", None),
     ({LB_IPS: " 1.2.3.4 , 1000::1 "}, None, "1.2.3.4,1000::1", None),
     ({LB_IPS: "1000::1,1.2.3.4"}, None, "1000::1,1.2.3.4", None),  # order kept
-    ({LB_IPS: "1.2.3.4", requests.DEPRECATED_LOAD_BALANCER_IPS: "5.6.7.8"}, None, "1.2.3.4", None),
-    ({requests.DEPRECATED_LOAD_BALANCER_IPS: "5.6.7.8"}, None, "5.6.7.8", None),
+    ({LB_IPS: "1.2.3.4", keys.LOAD_BALANCER_IPS.legacy: "5.6.7.8"}, None, "1.2.3.4", None),
+    ({keys.LOAD_BALANCER_IPS.legacy: "5.6.7.8"}, None, "5.6.7.8", None),
     ({LB_IPS: ""}, "1.2.3.4", "1.2.3.4", None),  # an empty annotation counts as absent
     ({}, "1.2.3.4", "1.2.3.4", None),
     ({}, "::ffff:1.2.3.4", "1.2.3.4", None),  # Go's ParseIP makes it IPv4
@@ -839,14 +840,14 @@ def test_requested_ips(
 
 
 def test_annotation_precedence_and_keys() -> None:
-    new, old = requests.ANNOTATION_ALLOW_SHARED_IP, requests.DEPRECATED_ALLOW_SHARED_IP
+    new, old = keys.ALLOW_SHARED_IP.name, keys.ALLOW_SHARED_IP.legacy
     assert requests.sharing_key({}) is None
     assert requests.sharing_key({new: ""}) == ""
     assert requests.sharing_key({old: "b"}) == "b"
     assert requests.sharing_key({new: "", old: "b"}) == ""  # present wins, even empty
     assert requests.requested_pool({}) is None
     assert requests.requested_pool({POOL: ""}) is None
-    assert requests.requested_pool({requests.DEPRECATED_ADDRESS_POOL: "old", POOL: "new"}) == "new"
+    assert requests.requested_pool({keys.ADDRESS_POOL.legacy: "old", POOL: "new"}) == "new"
     assert requests.backend_key({"b": "2", "a": "1"}, "Local") == "a=1,b=2"
     assert requests.backend_key({"b": "2", "a": "1"}, "Cluster") == ""
     assert requests.backend_key(None, "Local") == ""
@@ -866,7 +867,4 @@ def test_cluster_family_and_policy() -> None:
     assert requests.FamilyPolicy.parse(None) is requests.FamilyPolicy.SINGLE_STACK
     assert (
         requests.FamilyPolicy.parse("RequireDualStack") is requests.FamilyPolicy.REQUIRE_DUAL_STACK
-    )
-    assert requests.ingress_ips([{"hostname": "h"}, {"ip": "1.2.3.4"}, {"ip": "x"}]) == ips(
-        "1.2.3.4"
     )

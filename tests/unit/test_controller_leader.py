@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from controller import kube, leader
+from controller import leader
+from ironlb_io import kube
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 

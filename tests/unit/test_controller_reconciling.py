@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from controller import kube, reconciling
+from controller import reconciling
+from ironlb_io import kube
 
 NS = "metallb-system"
 

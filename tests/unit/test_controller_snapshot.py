@@ -305,10 +305,3 @@ def test_event_body_names_the_service_and_the_reporter() -> None:
     assert body["source"] == {"component": "metallb-controller"}
     assert body["reportingComponent"] == "metallb-controller"
     assert body["reportingInstance"] == "pod-1"
-
-
-def test_class_matches_on_the_raw_object() -> None:
-    assert snapshot.class_matches(svc(), "")
-    assert not snapshot.class_matches(svc(loadBalancerClass="x.io/lb"), "")
-    assert snapshot.class_matches(svc(loadBalancerClass="x.io/lb"), "x.io/lb")
-    assert not snapshot.class_matches(svc(), "x.io/lb")

@@ -1053,7 +1053,7 @@ def test_mutated_docs_manifests_parse_or_give_problems(data: st.DataObject) -> N
 CHECKS: list[Callable[[str], object]] = [
     parsing.parse_duration,
     parsing.parse_community_value,
-    parsing.parse_ip,
+    addresses.parse_ip,
 ]
 
 

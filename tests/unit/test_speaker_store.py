@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ironlb import services
 from speaker import snapshot, status
 from tests.unit.test_speaker_snapshot import NS, endpoint, endpoint_slice, node, pool, service
 
@@ -226,7 +227,7 @@ def test_remembered_views_match_a_fresh_store(ops: list[tuple[Any, ...]]) -> Non
     for op in ops:
         kind, event, obj = _object(op)
         live.put(kind, event, obj)
-        latest[(kind, snapshot.key_of(obj))] = None if event == "DELETED" else obj
+        latest[(kind, services.key(obj))] = None if event == "DELETED" else obj
         build(live)  # interleave passes so that views are remembered between events
     fresh = snapshot.Store()
     for (kind, _), obj in sorted(latest.items()):

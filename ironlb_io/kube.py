@@ -1,16 +1,17 @@
-"""The controller's one door to the Kubernetes API: a thin asyncio client over aiohttp.
+"""The one door to the Kubernetes API: a thin asyncio client over aiohttp.
 
-kopf owns the watch streams; everything else the controller says to the apiserver goes through
-here: the initial LISTs that rebuild state on start, status and annotation patches, Events, pool
-status, the leader Lease and the webhook's lists. Keeping it in one place buys two things. The
-bench and the tests can count every write the controller makes (`Client.writes`, also exported
-as a metric), which is how "a restart of a settled cluster makes zero writes" is proved. And the
-floor the bench compares against uses this same client with the same connection limit, so the
-comparison measures the controller, not a different HTTP stack.
+Every program uses it: the speaker and `ironlb status` for their lists and watches, the benches for
+their load. In the controller kopf owns the watch streams; everything else it says to the apiserver
+goes through here: the initial LISTs that rebuild state on start, status and annotation patches,
+Events, pool status, the leader Lease and the webhook's lists. Keeping it in one place buys two
+things. The bench and the tests can count every write the controller makes (`Client.writes`, also
+exported as a metric), which is how "a restart of a settled cluster makes zero writes" is proved.
+And the floor the bench compares against uses this same client with the same connection limit, so
+the comparison measures the controller, not a different HTTP stack.
 
-Credentials come from a kubeconfig (`--kubeconfig`, else `$KUBECONFIG`, else `~/.kube/config`)
-or, inside a Pod, from the ServiceAccount files; the same `Credentials` are handed to kopf so
-that both talk to one server as one user.
+Credentials come from a kubeconfig (`--kubeconfig`, else `$KUBECONFIG`, else `~/.kube/config`) or,
+inside a Pod, from the ServiceAccount files; the same `Credentials` are handed to kopf so that both
+talk to one server as one user.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""speaker.watching's recovery rules with a scripted server (the real apiserver cannot be made
+"""ironlb_io.watching's recovery rules with a scripted server (the real apiserver cannot be made
 to expire a version on demand: its watch cache answers old versions with the current state).
 
 A 410, in the response or as an ERROR event in the stream, must be followed by a LIST whose
@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from controller import kube
-from speaker import watching
+from ironlb_io import kube, watching
 
 SOURCE = watching.Source("Service", "/api/v1/services")
 

@@ -1,4 +1,4 @@
-"""controller.kube without a server: credentials, paths, error classes; controller.operator's
+"""ironlb_io.kube without a server: credentials, paths, error classes; controller.operator's
 kopf settings, logging and command line."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from controller import __main__ as entry
-from controller import kube, logs, operator
+from controller import operator
+from ironlb_io import kube, logs
 
 
 def kubeconfig(tmp_path: Path, user: dict[str, Any], cluster: dict[str, Any]) -> Path:
@@ -124,7 +125,7 @@ def test_api_error_classes() -> None:
     assert kube.ApiError(404, "", "").not_found and kube.ApiError(409, "", "").conflict
 
 
-# --- controller.logs, controller.operator ---------------------------------------------------------
+# --- ironlb_io.logs, controller.operator ---------------------------------------------------------
 
 
 def test_json_log_lines_carry_fields_and_object_references() -> None:

@@ -1,5 +1,5 @@
-"""List, then watch from the list's resourceVersion: the speaker's inputs, as client-go's
-reflector gets them.
+"""List, then watch from the list's resourceVersion, as client-go's reflector does: how the
+speaker gets its inputs.
 
 Watching from the list's resourceVersion means a start-up costs one LIST per kind and no replay:
 an operator framework that lists again and hands every object over as an event would cost every
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller import kube
+from ironlb_io import kube
 
 log = logging.getLogger("ironlb.speaker.watch")
 

@@ -1,4 +1,4 @@
-"""speaker.watching against the real apiserver: list, watch from the list's version, resume
+"""ironlb_io.watching against the real apiserver: list, watch from the list's version, resume
 after the server ends a watch. (An expired version, 410 Gone, cannot be provoked here: the
 apiserver's watch cache answers old versions with the current state; the relist on 410 is
 covered by tests/unit/test_speaker_watching.py with a scripted server.)"""
@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from controller import kube
-from speaker import watching
+from ironlb_io import kube, watching
 
 pytestmark = pytest.mark.integration
 
