@@ -1,9 +1,9 @@
 """Which addresses each LoadBalancer Service gets, with MetalLB's semantics and no Kubernetes I/O.
 
 MetalLB's allocator (`internal/allocator`) keeps its state in memory, rebuilt on restart from the
-addresses already written in Service status, and `convergeBalancer` decides per Service what to
-write. This module is both, as plain data in and plain data out: the kopf shell turns Kubernetes
-objects into `Pool`s and `ServiceRequest`s, calls `converge`, and writes the `Decision`.
+addresses already written in Service status. This module is that state, as plain data in and
+plain data out: the shell turns Kubernetes objects into `Pool`s and `ServiceRequest`s, and
+`controller.converging` (MetalLB's `convergeBalancer`) walks one Service through it.
 
 What is kept from MetalLB, deliberately:
 * inside a pool, the lowest usable address wins, ranges in `spec.addresses` order; an address that
@@ -40,7 +40,6 @@ import enum
 import ipaddress
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from controller import freelist, requests
 from ironlb import addresses, selectors
@@ -227,11 +226,6 @@ def _ip(addr: Addr) -> addresses.IPAddress:
 
 def _addr(ip: addresses.IPAddress) -> Addr:
     return (4 if ip.version == 4 else 6, int(ip))
-
-
-def _quote(ips: Iterable[addresses.IPAddress]) -> str:
-    """Go's %q of a []net.IP, as MetalLB's messages print it: ["1.2.3.4" "1000::"]."""
-    return "[" + " ".join(f'"{ip}"' for ip in ips) + "]"
 
 
 def _family_name(version: int) -> str:
@@ -495,7 +489,9 @@ class Allocator:
     def assign(self, service: ServiceRequest, ips: Sequence[addresses.IPAddress]) -> Result:
         """Give `service` exactly `ips` (an explicit request, or re-asserting its status)."""
         if not ips or len(ips) > 2:
-            what = "no addresses" if not ips else f"more than two addresses {_quote(ips)}"
+            what = (
+                "no addresses" if not ips else f"more than two addresses {requests.go_quoted(ips)}"
+            )
             return AllocError(Reason.BAD_ADDRESSES, what)
         if len(ips) == 2 and ips[0].version == ips[1].version:
             return AllocError(Reason.BAD_ADDRESSES, f'"{ips[0]}" "{ips[1]}" has the same family')
@@ -681,7 +677,7 @@ class Allocator:
         return homes[0]
 
     def _not_in_pool_message(self, ips: Sequence[addresses.IPAddress]) -> str:
-        message = f"{_quote(ips)} is not allowed in config"
+        message = f"{requests.go_quoted(ips)} is not allowed in config"
         avoiding = [
             p.name
             for p in self._pools.values()
@@ -818,229 +814,3 @@ def _key_mismatch(existing: Key, new: Key) -> str | None:
     if existing[1] != new[1]:
         return f'backend key "{new[1]}" does not match existing backend key "{existing[1]}"'
     return None
-
-
-# --- convergence ---------------------------------------------------------------------------------
-
-
-class Status(enum.Enum):
-    """What to do with status.loadBalancer and the ip-allocated-from-pool annotation."""
-
-    SET = "set"  # ingress = Decision.ips, annotation = Decision.pool
-    CLEAR = "clear"  # empty status.loadBalancer, remove the annotation
-    KEEP = "keep"  # leave both as they are
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    status: Status
-    ips: tuple[addresses.IPAddress, ...] = ()
-    pool: str | None = None
-    events: tuple[Event, ...] = ()
-    # Set when the Service did not converge; it then waits for a later event (MetalLB's
-    # SyncStateErrorNoRetry), typically a reprocess-all after another Service freed room.
-    error: AllocError | None = None
-    # Other Services may now fit (room freed, or this Service's sharing/backend key changed).
-    reprocess_all: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-def converge(allocator: Allocator, service: ServiceRequest) -> Decision:
-    """MetalLB's convergeBalancer plus SetBalancer's reprocess rule, for one Service."""
-    before = allocator.allocation(service.key)
-    key_before = allocator.allocation_key(service.key)
-    decision = _Converging(allocator, service).run()
-    reprocess = allocator.allocation_key(service.key) != key_before
-    if (
-        before is not None
-        and allocator.allocation(service.key) is None
-        and allocator.pool_for(before.ips) is not None
-    ):
-        reprocess = True
-    return dataclasses.replace(decision, reprocess_all=reprocess)
-
-
-def reprocess_order(services: Iterable[ServiceRequest]) -> list[ServiceRequest]:
-    """The order of a reprocess-all pass: Services holding more addresses first, so that after a
-    restart or a config change they re-claim their addresses before pending ones are allocated
-    (MetalLB's service_controller_reload); then by key, for determinism."""
-    return sorted(services, key=lambda s: (-len(s.current_ips), s.key))
-
-
-def _family_changed(
-    lb: requests.ServiceFamily, cluster: requests.ServiceFamily, policy: requests.FamilyPolicy
-) -> bool:
-    if lb is requests.ServiceFamily.UNKNOWN:
-        return True
-    if lb is cluster:
-        return False
-    # PreferDualStack may hold one family on a dual-stack Service.
-    return not (
-        cluster is requests.ServiceFamily.DUAL and policy is requests.FamilyPolicy.PREFER_DUAL_STACK
-    )
-
-
-def _same_ips(a: Sequence[addresses.IPAddress], b: Sequence[addresses.IPAddress]) -> bool:
-    return len(a) == len(b) and set(a) == set(b)
-
-
-class _Converging:
-    """One pass of convergeBalancer; the steps are in MetalLB's order, which matters."""
-
-    def __init__(self, allocator: Allocator, service: ServiceRequest) -> None:
-        self.allocator = allocator
-        self.service = service
-        self.events: list[Event] = []
-        self.cleared = False
-
-    def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
-        self.events.append(Event(type_, reason, message))
-
-    def clear(self) -> None:
-        self.allocator.unassign(self.service.key)
-        self.cleared = True
-
-    def fail(self, error: AllocError) -> Decision:
-        status = Status.CLEAR if self.cleared else Status.KEEP
-        return Decision(status, events=tuple(self.events), error=error)
-
-    def run(self) -> Decision:
-        svc, allocator = self.service, self.allocator
-        if not svc.load_balancer:
-            self.clear()
-            return Decision(Status.CLEAR)
-        if not allocator.pools:
-            self.clear()
-            return self.fail(AllocError(Reason.NO_POOLS, "no address pools configured"))
-        if svc.family is None:
-            self.clear()
-            return self.fail(AllocError(Reason.NO_CLUSTER_IPS, "service has no cluster IPs"))
-        policy = svc.policy
-        if policy is requests.FamilyPolicy.REQUIRE_DUAL_STACK and svc.family in (
-            requests.ServiceFamily.IPV4,
-            requests.ServiceFamily.IPV6,
-        ):
-            message = "Service requires dual stack but not enough clusterips"
-            self.event("Warning", "not enough clusterips", message)
-            self.clear()
-            return self.fail(AllocError(Reason.NOT_ENOUGH_CLUSTER_IPS, message))
-
-        current = list(svc.current_ips)
-        if not current:
-            self.clear()
-        else:
-            lb_family, why = requests.family_of(current)
-            if why is not None:
-                self.event(
-                    "Warning",
-                    "nolbIPsIPFamily",
-                    f"Failed to retrieve LBIPs IPFamily for {_quote(current)}: {why}",
-                )
-            if svc.family is requests.ServiceFamily.UNKNOWN:
-                message = "Failed to retrieve ClusterIPs IPFamily"
-                self.event("Warning", "noclusterIPsIPFamily", message)
-                return self.fail(AllocError(Reason.UNKNOWN_CLUSTER_FAMILY, message))
-            if _family_changed(lb_family, svc.family, policy):
-                self.clear()
-                current = []
-
-        if current:
-            # The step order below is MetalLB's: once the current IPs survived the family check,
-            # an invalid explicit request is reported even if those IPs were just cleared.
-            result = allocator.assign(svc, current)
-            if isinstance(result, AllocError):
-                self.event(
-                    "Normal",
-                    "ClearAssignment",
-                    f'current IP for "{svc.key}" not allowed by config, will attempt for '
-                    f"new IP assignment: {result.message}",
-                )
-                self.clear()
-                current = []
-            held = allocator.allocation(svc.key)
-            if current and svc.requested_pool and held and held.pool != svc.requested_pool:
-                self.clear()
-                current = []
-            if svc.requested.error is not None:
-                self.event(
-                    "Warning",
-                    "LoadBalancerFailed",
-                    f"invalid requested loadbalancer IPs: {svc.requested.error}",
-                )
-                return self.fail(AllocError(Reason.INVALID_REQUEST, svc.requested.error))
-            if current and svc.requested.ips and not _same_ips(current, svc.requested.ips):
-                self.clear()
-                current = []
-
-        if (
-            len(current) == 1
-            and policy is requests.FamilyPolicy.PREFER_DUAL_STACK
-            and svc.family is requests.ServiceFamily.DUAL
-            and not svc.requested.ips  # an explicit request is exactly what the user wants
-        ):
-            result = allocator.allocate_additional_family(svc)
-            if isinstance(result, AllocError):
-                self.event(
-                    "Normal",
-                    "AdditionalAssignFailed",
-                    f"cannot assign additional IP in PreferDualStack: {result.message}",
-                )
-            else:
-                current = list(result.ips)
-                self.event("Normal", "IPAllocated", f'Assigned additional IP "{current[-1]}"')
-
-        if not current:
-            result = self.allocate()
-            if isinstance(result, AllocError):
-                self.event(
-                    "Warning",
-                    "AllocationFailed",
-                    f'Failed to allocate IP for "{svc.key}": {result.message}',
-                )
-                return self.fail(result)
-            current = list(result.ips)
-            self.event("Normal", "IPAllocated", f"Assigned IP {_quote(current)}")
-
-        held = allocator.allocation(svc.key)
-        assert held is not None, "converged without an allocation"
-        return Decision(Status.SET, tuple(current), held.pool, tuple(self.events))
-
-    def allocate(self) -> Result:
-        """MetalLB's allocateIPs: explicit IPs, else the requested pool, else automatic."""
-        svc, allocator = self.service, self.allocator
-        if svc.family is requests.ServiceFamily.UNKNOWN:
-            return AllocError(
-                Reason.UNKNOWN_CLUSTER_FAMILY, "cannot tell the IP family of the cluster IPs"
-            )
-        if svc.requested.error is not None:
-            return AllocError(Reason.INVALID_REQUEST, svc.requested.error)
-        if svc.requested.ips:
-            wanted = svc.requested.ips
-            if svc.requested.family is not svc.family:
-                return AllocError(
-                    Reason.FAMILY_MISMATCH,
-                    f"requested loadBalancer IP(s) {_quote(wanted)} does not match the ipFamily "
-                    "of the service",
-                )
-            result = allocator.assign(svc, wanted)
-            if isinstance(result, Allocation) and svc.requested_pool not in (None, result.pool):
-                allocator.unassign(svc.key)
-                return AllocError(
-                    Reason.WRONG_POOL,
-                    f"requested loadBalancer IP(s) {_quote(wanted)} is not compatible with "
-                    f"requested address pool {svc.requested_pool}",
-                )
-            return result
-        if svc.requested_pool:
-            return allocator.allocate_from_pool(svc, svc.requested_pool)
-        return allocator.allocate(svc)

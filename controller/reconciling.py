@@ -8,7 +8,7 @@ with the status the snapshot shows; only a difference becomes a write. A periodi
 (`resync`) repairs whatever a watch might have missed.
 
 MetalLB's reprocess-all semantics are kept: when pools or namespace labels change every Service
-is decided again, those holding addresses first (`allocator.reprocess_order`), and when a
+is decided again, those holding addresses first (`converging.reprocess_order`), and when a
 decision frees room (a Service deleted, shrunk, or its sharing key changed) every pending
 Service is looked at again.
 
@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from controller import allocator, metrics, snapshot
+from controller import allocator, converging, metrics, snapshot
 from ironlb import model, services
 from ironlb_io import kube
 
@@ -309,7 +309,7 @@ class Reconciler:
                 continue  # e.g. a ClusterIP Service we never touched: nothing to decide
             views[key] = view
             requests.append(self._request(view))
-        for i, request in enumerate(allocator.reprocess_order(requests)):
+        for i, request in enumerate(converging.reprocess_order(requests)):
             if i and i % BATCH == 0:
                 await asyncio.sleep(0)
             view = views[request.key]
@@ -374,7 +374,7 @@ class Reconciler:
 
     def _decide(self, view: snapshot.ServiceView, request: allocator.ServiceRequest) -> None:
         key = view.key
-        decision = allocator.converge(self.allocator, request)
+        decision = converging.converge(self.allocator, request)
         if decision.ok or not view.load_balancer:
             self.pending.discard(key)
         else:
@@ -407,7 +407,7 @@ class Reconciler:
         if decision.reprocess_all:
             self._reprocess_pending()
 
-    def _tell(self, view: snapshot.ServiceView, event: allocator.Event) -> None:
+    def _tell(self, view: snapshot.ServiceView, event: converging.Event) -> None:
         told = self._told.setdefault(view.key, set())
         ident = (event.type, event.reason, event.message)
         if ident in told:

@@ -10,7 +10,7 @@ a user can write any string into an annotation.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ironlb import addresses
@@ -54,9 +54,9 @@ class RequestedIPs:
 NOTHING_REQUESTED = RequestedIPs()
 
 
-def _quote_list(texts: Sequence[str]) -> str:
-    """Go's %q of a []string: ["a" "b"]."""
-    return "[" + " ".join(f'"{t}"' for t in texts) + "]"
+def go_quoted(items: Iterable[object]) -> str:
+    """Go's %q of a slice, as MetalLB's messages print addresses: ["1.2.3.4" "1000::"]."""
+    return "[" + " ".join(f'"{item}"' for item in items) + "]"
 
 
 def family_of(ips: Sequence[addresses.IPAddress]) -> tuple[ServiceFamily, str | None]:
@@ -66,9 +66,9 @@ def family_of(ips: Sequence[addresses.IPAddress]) -> tuple[ServiceFamily, str | 
         return (ServiceFamily.IPV4 if ips[0].version == 4 else ServiceFamily.IPV6), None
     if len(ips) == 2:
         if ips[0].version == ips[1].version:
-            return ServiceFamily.UNKNOWN, f"same address family {_quote_list(texts)}"
+            return ServiceFamily.UNKNOWN, f"same address family {go_quoted(texts)}"
         return ServiceFamily.DUAL, None
-    return ServiceFamily.UNKNOWN, f"invalid ips length {len(ips)} {_quote_list(texts)}"
+    return ServiceFamily.UNKNOWN, f"invalid ips length {len(ips)} {go_quoted(texts)}"
 
 
 def cluster_family(

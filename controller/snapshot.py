@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller import allocator, requests
+from controller import allocator, converging, requests
 
 # Aliased: `annotations` is also the name of the __future__ feature imported above.
 from ironlb import addresses, model, parsing, services, validation
@@ -172,11 +172,11 @@ class Desired:
 CLEARED = Desired()
 
 
-def desired_of(decision: allocator.Decision) -> Desired | None:
+def desired_of(decision: converging.Decision) -> Desired | None:
     """None when the decision is to leave the Service as it is."""
-    if decision.status is allocator.Status.SET:
+    if decision.status is converging.Status.SET:
         return Desired(decision.ips, decision.pool)
-    if decision.status is allocator.Status.CLEAR:
+    if decision.status is converging.Status.CLEAR:
         return CLEARED
     return None
 
@@ -285,7 +285,7 @@ def pool_status_patch(
 
 def event_body(
     view: ServiceView,
-    event: allocator.Event,
+    event: converging.Event,
     *,
     now: str,
     name_suffix: str,
@@ -320,10 +320,10 @@ def event_body(
     }
 
 
-def deprecation_events(view: ServiceView) -> tuple[allocator.Event, ...]:
+def deprecation_events(view: ServiceView) -> tuple[converging.Event, ...]:
     """MetalLB warns about each legacy annotation when it is about to write the Service."""
     return tuple(
-        allocator.Event(
+        converging.Event(
             "Warning", "deprecatedAnnotation", f"Service uses deprecated annotation {k}"
         )
         for k in view.deprecated

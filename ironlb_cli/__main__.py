@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ironlb import model
-from ironlb_cli import status_view
+from ironlb_cli import render, status_view
 from ironlb_io import kube
 
 EVENT_SELECTOR = "involvedObject.kind=Service,type=Warning"
@@ -154,10 +154,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     view = status_view.build(inputs)
     if args.output == "json":
-        json.dump(status_view.to_json(view), sys.stdout, indent=2)
+        json.dump(render.to_json(view), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(status_view.render(view))
+        sys.stdout.write(render.text(view))
     return 0
 
 

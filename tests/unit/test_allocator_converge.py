@@ -17,12 +17,12 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from controller import allocator, requests
+from controller import allocator, converging, requests
 from ironlb import addresses, selectors, services
 from ironlb import annotations as keys
 
 R = allocator.Reason
-SET, CLEAR, KEEP = allocator.Status.SET, allocator.Status.CLEAR, allocator.Status.KEEP
+SET, CLEAR, KEEP = converging.Status.SET, converging.Status.CLEAR, converging.Status.KEEP
 
 
 def pool(name: str, *ranges: str, **kw: object) -> allocator.Pool:
@@ -102,7 +102,7 @@ LB_IPS = keys.LOAD_BALANCER_IPS.name
 class Case:
     name: str
     service: allocator.ServiceRequest
-    status: allocator.Status
+    status: converging.Status
     ips: str = ""
     pool: str | None = None
     events: tuple[tuple[str, str], ...] = ()  # (type, reason) in order
@@ -504,7 +504,7 @@ CASES = [
 
 
 def check(
-    decision: allocator.Decision, case: Case, a: allocator.Allocator, key: str | None = None
+    decision: converging.Decision, case: Case, a: allocator.Allocator, key: str | None = None
 ) -> None:
     assert decision.status is case.status, decision
     assert decision.ips == ips(case.ips), decision
@@ -530,7 +530,7 @@ def check(
 def test_converge(case: Case) -> None:
     a = allocator.Allocator()
     a.set_pools(FIXTURE_C)
-    check(allocator.converge(a, case.service), case, a)
+    check(converging.converge(a, case.service), case, a)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -546,18 +546,18 @@ def test_converge_table_in_any_order_on_one_allocator(seed: int) -> None:
     random.Random(seed).shuffle(cases)
     for case in cases:
         svc = replace(case.service, key="shuffled/test")
-        check(allocator.converge(a, svc), case, a, svc.key)
+        check(converging.converge(a, svc), case, a, svc.key)
 
 
 def test_event_messages_read_like_metallbs() -> None:
     a = allocator.Allocator()
     a.set_pools([pool("p", "1.2.3.0/32")])
-    first = allocator.converge(a, service("default/one"))
+    first = converging.converge(a, service("default/one"))
     assert [e.message for e in first.events] == ['Assigned IP ["1.2.3.0"]']
-    second = allocator.converge(a, service("default/two"))
+    second = converging.converge(a, service("default/two"))
     assert second.events[0].message.startswith('Failed to allocate IP for "default/two": ')
     assert "no available IPs" in second.events[0].message
-    moved = allocator.converge(a, service("default/one", ingress=("9.9.9.9",)))
+    moved = converging.converge(a, service("default/one", ingress=("9.9.9.9",)))
     assert moved.events[0].message.startswith(
         'current IP for "default/one" not allowed by config, will attempt for new IP assignment: '
     )
@@ -573,12 +573,12 @@ class Cluster:
     pools: list[allocator.Pool]
     services: dict[str, allocator.ServiceRequest] = field(default_factory=dict)
     alloc: allocator.Allocator = field(default_factory=allocator.Allocator)
-    events: list[tuple[str, allocator.Event]] = field(default_factory=list)
+    events: list[tuple[str, converging.Event]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.alloc.set_pools(self.pools)
 
-    def write(self, svc: allocator.ServiceRequest, decision: allocator.Decision) -> None:
+    def write(self, svc: allocator.ServiceRequest, decision: converging.Decision) -> None:
         if decision.status is SET:
             svc = replace(svc, current_ips=decision.ips)
         elif decision.status is CLEAR:
@@ -586,11 +586,11 @@ class Cluster:
         self.services[svc.key] = svc
         self.events.extend((svc.key, e) for e in decision.events)
 
-    def apply(self, svc: allocator.ServiceRequest) -> allocator.Decision:
+    def apply(self, svc: allocator.ServiceRequest) -> converging.Decision:
         """A Service was created or updated (status as the API server has it)."""
         if svc.key in self.services:
             svc = replace(svc, current_ips=self.services[svc.key].current_ips)
-        decision = allocator.converge(self.alloc, svc)
+        decision = converging.converge(self.alloc, svc)
         self.write(svc, decision)
         if decision.reprocess_all:
             self.reprocess()
@@ -609,8 +609,8 @@ class Cluster:
     def reprocess(self, passes: int = 3) -> None:
         for _ in range(passes):
             again = False
-            for svc in allocator.reprocess_order(self.services.values()):
-                decision = allocator.converge(self.alloc, svc)
+            for svc in converging.reprocess_order(self.services.values()):
+                decision = converging.converge(self.alloc, svc)
                 self.write(svc, decision)
                 again = again or decision.reprocess_all
             if not again:
@@ -725,7 +725,7 @@ def test_pinned_pool_deleted_then_all_pools_deleted() -> None:
     assert c.services["test/svc"].current_ips == ips("192.168.5.0")
     c.set_pools([pool("pool2", "192.168.10.0/32")])
     assert c.status("test/svc") == "192.168.10.0"
-    decision = allocator.converge(c.alloc, c.services["test/svc"])
+    decision = converging.converge(c.alloc, c.services["test/svc"])
     assert decision.pool == "pool2"
     c.set_pools([])
     assert c.status("test/svc") == ""
@@ -775,24 +775,24 @@ def test_single_stack_prefer_service_is_not_topped_up() -> None:
 def test_reprocess_when_the_sharing_key_changes_or_room_is_freed() -> None:
     a = allocator.Allocator()
     a.set_pools([pool("p", "10.0.0.0/30")])
-    first = allocator.converge(a, service("default/a"))
+    first = converging.converge(a, service("default/a"))
     assert first.ok and not first.reprocess_all
     keyed = service(
         "default/a", ingress=("10.0.0.0",), annotations={keys.ALLOW_SHARED_IP.name: "k"}
     )
-    assert allocator.converge(a, keyed).reprocess_all
-    assert not allocator.converge(a, keyed).reprocess_all
-    gone = allocator.converge(a, replace(keyed, load_balancer=False))
+    assert converging.converge(a, keyed).reprocess_all
+    assert not converging.converge(a, keyed).reprocess_all
+    gone = converging.converge(a, replace(keyed, load_balancer=False))
     assert gone.status is CLEAR and gone.reprocess_all
     # Losing an address that no pool holds any more frees no room: no reprocess.
-    allocator.converge(a, service("default/b"))
+    converging.converge(a, service("default/b"))
     a.set_pools([pool("p", "10.0.0.2/31")])
-    lost = allocator.converge(a, service("default/b", ingress=("10.0.0.0",)))
+    lost = converging.converge(a, service("default/b", ingress=("10.0.0.0",)))
     assert lost.status is SET and lost.ips == ips("10.0.0.2") and not lost.reprocess_all
 
 
 def test_reprocess_order_puts_assigned_services_first() -> None:
-    order = allocator.reprocess_order(
+    order = converging.reprocess_order(
         [
             service("default/a"),
             service("default/b", ingress=("1.2.3.4",)),

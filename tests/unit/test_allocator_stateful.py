@@ -19,7 +19,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from controller import allocator, requests
+from controller import allocator, converging, requests
 from ironlb import addresses, selectors
 
 R = allocator.Reason
@@ -131,7 +131,7 @@ def apply(a: allocator.Allocator, kind: str, args: tuple[Any, ...]) -> Any:
     if kind == "unassign":
         return a.unassign(args[0])
     if kind == "converge":
-        return allocator.converge(a, args[0])
+        return converging.converge(a, args[0])
     raise AssertionError(kind)
 
 
@@ -334,10 +334,10 @@ class AllocatorMachine(RuleBasedStateMachine):
         current = (pick,) if stale or held is None else held.ips
         decision = self.run("converge", dataclasses.replace(svc, current_ips=current))
         after = self.a.allocation(svc.key)
-        if decision.status is allocator.Status.SET:
+        if decision.status is converging.Status.SET:
             assert after is not None and after.ips == decision.ips and after.pool == decision.pool
             self.terms[svc.key] = svc
-        elif decision.status is allocator.Status.CLEAR:
+        elif decision.status is converging.Status.CLEAR:
             assert after is None
         self.settle(svc, False)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from controller import allocator, requests, snapshot
+from controller import allocator, converging, requests, snapshot
 
 
 def svc(
@@ -194,11 +194,11 @@ def test_clearing_nulls_the_ingress_and_removes_the_annotation() -> None:
 
 def test_desired_of_each_decision_status() -> None:
     a = ip("1.2.3.4")
-    assert snapshot.desired_of(allocator.Decision(allocator.Status.SET, (a,), "p")) == (
+    assert snapshot.desired_of(converging.Decision(converging.Status.SET, (a,), "p")) == (
         snapshot.Desired((a,), "p")
     )
-    assert snapshot.desired_of(allocator.Decision(allocator.Status.CLEAR)) == snapshot.CLEARED
-    assert snapshot.desired_of(allocator.Decision(allocator.Status.KEEP)) is None
+    assert snapshot.desired_of(converging.Decision(converging.Status.CLEAR)) == snapshot.CLEARED
+    assert snapshot.desired_of(converging.Decision(converging.Status.KEEP)) is None
 
 
 # --- pools ---------------------------------------------------------------------------------------
@@ -287,7 +287,7 @@ def test_event_body_names_the_service_and_the_reporter() -> None:
     view = snapshot.service_view(svc(rv="42"))
     body = snapshot.event_body(
         view,
-        allocator.Event("Warning", "AllocationFailed", "no"),
+        converging.Event("Warning", "AllocationFailed", "no"),
         now="2026-01-01T00:00:00Z",
         name_suffix="abc",
         instance="pod-1",

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ironlb_cli import __main__ as cli
-from ironlb_cli import schema
+from ironlb_cli import render, schema
 from ironlb_cli import status_view as sv
 
 MS = "metallb-system"
@@ -143,7 +143,7 @@ def view(**fields: Any) -> sv.View:
 
 
 def conforms(v: sv.View) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads(json.dumps(sv.to_json(v)))
+    document: dict[str, Any] = json.loads(json.dumps(render.to_json(v)))
     assert schema.check(document) == []
     return document
 
@@ -177,7 +177,7 @@ def test_pool_usage_per_family_comes_from_the_controllers_counters() -> None:
     ]
     assert p.families[0].fraction == 0.25
     assert p.l2_advertisements == ("everywhere",)
-    text = sv.render(v)
+    text = render.text(v)
     assert "[#####---------------]  4/16 25%" in text
     assert "[--------------------]  0/16 0%" in text
     assert conforms(v)["pools"][0]["families"][0]["usage"] == 0.25
@@ -188,7 +188,7 @@ def test_a_pool_without_status_shows_unknown_usage_and_no_advertisement() -> Non
     (p,) = v.pools
     assert p.families == (sv.FamilyUsage("IPv4", None, None),)
     assert not p.auto_assign
-    text = sv.render(v)
+    text = render.text(v)
     assert "[????????????????????]  ?/?" in text
     assert "not advertised" in text
     assert "(no auto-assign)" in text
@@ -215,13 +215,13 @@ def test_pools_count_the_services_allocated_from_them() -> None:
     ],
 )
 def test_usage_bar(fraction: float | None, expected: str) -> None:
-    assert sv.bar(fraction, width=4) == expected
+    assert render.bar(fraction, width=4) == expected
 
 
 def test_huge_pool_sizes_are_shown_as_powers_of_ten() -> None:
-    assert sv.count(999_999) == "999999"
-    assert sv.count(2**63 - 1) == "9.2e18"
-    assert sv.count(None) == "?"
+    assert render.count(999_999) == "999999"
+    assert render.count(2**63 - 1) == "9.2e18"
+    assert render.count(None) == "?"
 
 
 # --- services -----------------------------------------------------------------------------------
@@ -254,7 +254,7 @@ def test_services_show_address_pool_policy_and_who_announces() -> None:
     ]
     assert api.traffic_policy == "Cluster"
     assert api.announcements == (sv.Announcement("bgp", "node1", peers=("tor-a", "tor-b")),)
-    text = sv.render(v)
+    text = render.text(v)
     assert "node2; node3 (eth1)" in text
     assert "node1 -> tor-a,tor-b" in text
     document = conforms(v)
@@ -274,7 +274,7 @@ def test_a_pending_service_shows_its_latest_warning_event() -> None:
     (s,) = v.services
     assert s.state == "pending"
     assert s.reason == "AllocationFailed: no available IPs"
-    text = sv.render(v)
+    text = render.text(v)
     assert "<pending>" in text
     assert "app/stuck (pending): AllocationFailed: no available IPs" in text
 
@@ -378,7 +378,7 @@ def test_membership_view_per_node_with_scrape_errors_and_unscraped_nodes() -> No
     assert (by_name["node2"].ready, by_name["node2"].speaker) == ("False", "error")
     assert by_name["node2"].error == "connection refused"
     assert (by_name["node3"].speaker, by_name["node3"].members) == ("not-scraped", None)
-    text = sv.render(v)
+    text = render.text(v)
     assert "2 alive, 1 suspect" in text
     assert "STALE" in text
     assert "error: connection refused" in text
@@ -417,7 +417,7 @@ def test_without_scrapes_sessions_and_membership_are_unknown_and_the_text_says_h
     v = view(config={"BGPPeer": [peer("tor", "10.0.0.1")]}, nodes=[node(1)])
     assert [s.bgp for s in v.sessions] == ["unknown"]
     assert v.nodes[0].members is None
-    assert "--speaker-metrics" in sv.render(v)
+    assert "--speaker-metrics" in render.text(v)
 
 
 # --- configuration problems ---------------------------------------------------------------------
@@ -428,7 +428,7 @@ def test_configuration_problems_are_listed() -> None:
         config={"IPAddressPool": [pool("a", "10.1.0.0/24"), pool("b", "10.1.0.128/25")]},
     )
     assert any("overlap" in p for p in v.problems)
-    assert "PROBLEMS" in sv.render(v)
+    assert "PROBLEMS" in render.text(v)
 
 
 def test_a_password_secret_is_judged_only_when_secret_names_were_read() -> None:
@@ -443,7 +443,7 @@ def test_a_password_secret_is_judged_only_when_secret_names_were_read() -> None:
 
 
 def test_the_schema_checker_finds_what_is_wrong() -> None:
-    good = sv.to_json(view())
+    good = render.to_json(view())
     assert schema.check(good) == []
     assert schema.check({**good, "extra": 1}) == ["$: unexpected 'extra'"]
     missing = {k: v for k, v in good.items() if k != "pools"}
@@ -519,7 +519,7 @@ def test_any_objects_give_a_view_that_conforms_and_renders(
         scrapes=[sv.Scrape("http://10.0.0.11/metrics", text=text)],
     )
     conforms(v)
-    assert isinstance(sv.render(v), str)
+    assert isinstance(render.text(v), str)
 
 
 # --- the command line's own parsing -------------------------------------------------------------
@@ -545,6 +545,6 @@ def test_an_announcement_from_a_node_whose_speaker_is_unreachable_is_marked() ->
             sv.Scrape("http://10.0.0.12/metrics", text=metrics()),
         ],
     )
-    text = sv.render(v)
+    text = render.text(v)
     assert "node1 (speaker unreachable); node2" in text
     assert "node2 (speaker unreachable)" not in text
