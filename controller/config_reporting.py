@@ -19,7 +19,7 @@ from controller import config_report
 from ironlb import events, model, parsing, validation
 from ironlb_io import kube
 
-log = logging.getLogger("ironlb.controller")
+log = logging.getLogger(__name__)
 
 INTERVAL_S = 5.0
 COMPONENT = "metallb-controller"

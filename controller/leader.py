@@ -30,7 +30,7 @@ from typing import Any
 
 from ironlb_io import kube
 
-log = logging.getLogger("ironlb.leader")
+log = logging.getLogger(__name__)
 
 GROUP, VERSION = "coordination.k8s.io", "v1"
 

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from controller import allocator
 
-log = logging.getLogger("ironlb.metrics")
+log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 

@@ -36,7 +36,7 @@ from controller import certs, config_reporting, leader, metrics, reconciling, we
 from ironlb import model
 from ironlb_io import kube
 
-log = logging.getLogger("ironlb.controller")
+log = logging.getLogger(__name__)
 
 EXIT_LEASE_LOST = 3
 STARTED = time.monotonic()

@@ -42,7 +42,7 @@ from controller import allocator, converging, metrics, snapshot
 from ironlb import model, services
 from ironlb_io import kube
 
-log = logging.getLogger("ironlb.controller")
+log = logging.getLogger(__name__)
 
 POOL_GROUP, POOL_VERSION = model.GROUP, model.RESOURCES[model.IP_ADDRESS_POOL][1][-1]
 POOL_PLURAL = model.RESOURCES[model.IP_ADDRESS_POOL][0]

@@ -29,7 +29,7 @@ from aiohttp import web
 from controller import certs
 from ironlb import model, parsing, validation
 
-log = logging.getLogger("ironlb.webhook")
+log = logging.getLogger(__name__)
 
 # kind -> the raw objects of that kind in the MetalLB namespace (`Secret` included).
 Lister = Callable[[str], Awaitable[Sequence[Mapping[str, Any]]]]

@@ -1,7 +1,12 @@
-"""Structured logs for both processes: one JSON object per line, extra fields as keys.
+"""One log schema for every ironlb process: one JSON object per line, extra fields as keys.
 
-Kept apart from `controller.operator` so that the speaker, which does not use kopf, does not
-import it just to log.
+`{"ts": ISO 8601 UTC with milliseconds, "level", "msg", "logger", ...extra}`, plus `object`
+(namespace/name) for kopf's per-object loggers and `error` (the traceback) for exceptions. A
+caller logs fields with `extra={"node": ...}`; values that are not JSON scalars are written as
+their `str`, never as a Python repr inside a string. Loggers are named after their module
+(`logging.getLogger(__name__)`), so the `logger` field says where a line was written.
+
+The controller, the speaker and the data planes' own command lines all configure logging here.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import json
 import logging
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 LEVELS = {
@@ -19,6 +24,7 @@ LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
     "warn": logging.WARNING,
+    "warning": logging.WARNING,
     "error": logging.ERROR,
     "none": logging.CRITICAL + 1,
 }
@@ -48,13 +54,16 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, separators=(",", ":"))
 
 
-def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stdout)
+def configure_logging(level: str, stream: TextIO | None = None) -> None:
+    """Every logger to `stream` (stdout; stderr for the data planes' command lines, whose stdout
+    carries their event stream) at `level`, a name from LEVELS in any case."""
+    handler = logging.StreamHandler(sys.stdout if stream is None else stream)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(LEVELS[level])
+    threshold = LEVELS[level.lower()]
+    root.setLevel(threshold)
     # kopf narrates every event at INFO; keep that for debugging only.
-    kopf_level = logging.DEBUG if level in ("all", "debug") else logging.WARNING
-    logging.getLogger("kopf").setLevel(max(kopf_level, LEVELS[level]))
+    kopf_level = logging.DEBUG if threshold <= logging.DEBUG else logging.WARNING
+    logging.getLogger("kopf").setLevel(max(kopf_level, threshold))
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

@@ -19,7 +19,7 @@ from typing import Any
 
 from ironlb_io import kube
 
-log = logging.getLogger("ironlb.speaker.watch")
+log = logging.getLogger(__name__)
 
 WATCH_TIMEOUT_S = 290  # the server ends each watch after this; a new one resumes where it stopped
 RETRY_FIRST_S = 0.5

@@ -96,7 +96,7 @@ async def _rejoin_forever(member: membership_threaded.ThreadedNode, text: str, p
         try:
             member.join(await asyncio.to_thread(resolve_seeds, text, port))
         except (OSError, ValueError) as e:
-            logging.getLogger("ironlb.speaker").warning(
+            logging.getLogger(__name__).warning(
                 "could not resolve membership seeds", extra={"error": str(e)}
             )
 

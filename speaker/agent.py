@@ -39,7 +39,7 @@ from ironlb.problems import Problem
 from ironlb_io import kube, watching
 from speaker import desired, snapshot, status
 
-log = logging.getLogger("ironlb.speaker")
+log = logging.getLogger(__name__)
 
 DEBOUNCE_S = 0.005
 MAX_PAUSE_S = 2.0  # the pause after a pass never grows beyond this, however long it took

@@ -19,7 +19,7 @@ from speaker.layer2 import announcing
 from speaker.layer2 import metrics as layer2_metrics
 from speaker.layer2 import threaded as layer2_threaded
 
-log = logging.getLogger("ironlb.speaker")
+log = logging.getLogger(__name__)
 
 
 async def layer2(registry: prom_registry.CollectorRegistry) -> layer2_threaded.ThreadedLayer2:

@@ -30,6 +30,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from ironlb_io import logs
 from speaker.bgp import exabgp, metrics, peers, routes, speaking
 
 
@@ -181,7 +182,7 @@ class Driver:
             try:
                 await self.handle(json.loads(line))
             except Exception as e:  # a bad line is reported, never fatal
-                logging.getLogger("ironlb.speaker.bgp").exception("bad input")
+                logging.getLogger(__name__).exception("bad input")
                 self.emit("error", message=str(e))
 
 
@@ -192,11 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bfd-port", type=int, default=3784)
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        stream=sys.stderr,
-        format='{"ts":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","msg":%(message)r}',
-    )
+    logs.configure_logging(args.log_level, sys.stderr)
     options = exabgp.Options(node_name=args.node_name, workdir=None)
     if args.workdir is not None:
         options = dataclasses.replace(options, workdir=args.workdir)

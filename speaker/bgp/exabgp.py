@@ -36,7 +36,7 @@ from typing import Any
 
 from speaker.bgp import bridge, events, peers, rendering
 
-log = logging.getLogger("ironlb.speaker.bgp")
+log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 

@@ -36,7 +36,7 @@ from speaker.bgp.bfd import packet as bfd_packet
 from speaker.bgp.bfd import threaded as bfd_threaded
 from speaker.bgp.bfd import transport as bfd_transport
 
-log = logging.getLogger("ironlb.speaker.bgp")
+log = logging.getLogger(__name__)
 
 FIRST_RESTART_DELAY = 0.5
 MAX_RESTART_DELAY = 30.0

@@ -18,11 +18,11 @@ import contextlib
 import dataclasses
 import ipaddress
 import json
-import logging
 import signal
 import sys
 from typing import Any
 
+from ironlb_io import logs
 from speaker.layer2 import announcing, interfaces, metrics, packets, probing
 
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("addresses", nargs="+")
     args = parser.parse_args(argv)
     if args.command == "serve":
-        logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
+        logs.configure_logging(args.log_level, sys.stderr)
         exclude = interfaces.DEFAULT_EXCLUDE if args.exclude is None else args.exclude
         return asyncio.run(serve(list(exclude), args.scan_interval))
     addresses = [ipaddress.ip_address(a) for a in args.addresses]

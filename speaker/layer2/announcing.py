@@ -22,7 +22,7 @@ from typing import Protocol
 
 from speaker.layer2 import gratuitous, interfaces, metrics, packets, responding, sockets
 
-logger = logging.getLogger("speaker.layer2")
+logger = logging.getLogger(__name__)
 
 SCAN_INTERVAL_S = 10.0
 # Gratuitous frames go out this many addresses at a time, with the event loop (and so the

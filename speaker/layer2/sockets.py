@@ -25,7 +25,7 @@ from typing import Final
 
 from speaker.layer2 import filters, interfaces, packets
 
-logger = logging.getLogger("speaker.layer2")
+logger = logging.getLogger(__name__)
 
 SOL_PACKET: Final = 263
 SO_ATTACH_FILTER: Final = 26

@@ -15,10 +15,11 @@ import signal
 import sys
 from typing import Any
 
+from ironlb_io import logs
 from speaker.membership import config as cfg
-from speaker.membership import logs, machine, metrics, node
+from speaker.membership import events, machine, metrics, node
 
-log = logging.getLogger(logs.LOGGER)
+log = logging.getLogger(__name__)
 
 
 def _setting(text: str) -> tuple[str, Any]:
@@ -77,7 +78,7 @@ async def run(args: argparse.Namespace) -> int:
     out = sys.stdout
 
     def changed(change: machine.Change) -> None:
-        logs.event(
+        events.event(
             out,
             event="member",
             node=args.name,
@@ -102,7 +103,7 @@ async def run(args: argparse.Namespace) -> int:
         metrics.register(member)
         exposition.start_http_server(args.metrics_port, addr=args.metrics_host)
     await member.start()
-    logs.event(out, event="started", node=args.name, address=str(member.advertise))
+    events.event(out, event="started", node=args.name, address=str(member.advertise))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -116,7 +117,7 @@ async def run(args: argparse.Namespace) -> int:
                 fresh = node.load_keyring(args.key_file)
             except (OSError, ValueError) as e:
                 # Keep the old keys on a transient read error (a Secret being rewritten).
-                log.warning("key reload failed", extra={"fields": {"error": str(e)}})
+                log.warning("key reload failed", extra={"error": str(e)})
                 continue
             if fresh != current:
                 current = fresh
@@ -130,20 +131,20 @@ async def run(args: argparse.Namespace) -> int:
             await asyncio.sleep(0.25)
             if member.machine.awareness != reported:
                 reported = member.machine.awareness
-                logs.event(out, event="health", node=args.name, score=reported)
+                events.event(out, event="health", node=args.name, score=reported)
 
     tasks = [asyncio.create_task(reload_keys()), asyncio.create_task(report_health())]
     await stop.wait()
     for task in tasks:
         task.cancel()
     await member.leave()
-    logs.event(out, event="stopped", node=args.name)
+    events.event(out, event="stopped", node=args.name)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logs.setup(args.log_level)
+    logs.configure_logging(args.log_level, sys.stderr)
     return asyncio.run(run(args))
 
 

@@ -22,11 +22,11 @@ import random
 import socket
 from collections.abc import Callable, Iterable
 
-from speaker.membership import codec, logs, machine, sealing
+from speaker.membership import codec, machine, sealing
 from speaker.membership import config as cfg
 from speaker.membership import messages as m
 
-log = logging.getLogger(logs.LOGGER)
+log = logging.getLogger(__name__)
 
 
 def parse_address(text: str, default_port: int = 7946) -> m.Address:
@@ -130,11 +130,11 @@ class Node:
         if self._sealer.keyring.plain:
             log.warning(
                 "membership traffic is NOT encrypted: no key configured",
-                extra={"fields": {"node": self.name}},
+                extra={"node": self.name},
             )
         log.info(
             "membership started",
-            extra={"fields": {"node": self.name, "address": str(self.advertise)}},
+            extra={"node": self.name, "address": str(self.advertise)},
         )
         self._alive = self.machine.alive()
         self._apply(self.machine.join(loop.time(), self._seeds))
@@ -153,7 +153,7 @@ class Node:
     def set_keyring(self, keyring: sealing.Keyring) -> None:
         self._sealer.set_keyring(keyring)
         self._opener.set_keyring(keyring)
-        log.info("membership keyring updated", extra={"fields": {"keys": len(keyring.keys)}})
+        log.info("membership keyring updated", extra={"keys": len(keyring.keys)})
 
     async def leave(self) -> None:
         """Tell every member we are going, then close; they drop us at once."""
@@ -164,7 +164,7 @@ class Node:
             if i:
                 await asyncio.sleep(self.config.leave_spacing)
             self._send_all(output.sends)
-        log.info("membership left", extra={"fields": {"node": self.name}})
+        log.info("membership left", extra={"node": self.name})
         self.close()
 
     def close(self) -> None:
@@ -233,13 +233,11 @@ class Node:
             log.info(
                 "member changed",
                 extra={
-                    "fields": {
-                        "node": self.name,
-                        "member": change.name,
-                        "state": change.state.name.lower(),
-                        "incarnation": change.incarnation,
-                        "address": str(change.address),
-                    }
+                    "node": self.name,
+                    "member": change.name,
+                    "state": change.state.name.lower(),
+                    "incarnation": change.incarnation,
+                    "address": str(change.address),
                 },
             )
             if self.on_change is not None:

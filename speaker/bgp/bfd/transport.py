@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from speaker.bgp.bfd import machine
 from speaker.bgp.bfd import packet as pkt
 
-log = logging.getLogger("ironlb.speaker.bfd")
+log = logging.getLogger(__name__)
 
 CONTROL_PORT = 3784
 SOURCE_PORTS = (49152, 65535)
