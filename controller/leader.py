@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ironlb import services
 from ironlb_io import kube
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def record_of(lease: Mapping[str, Any]) -> Record:
         duration_s=int(spec.get("leaseDurationSeconds") or 0),
         transitions=int(spec.get("leaseTransitions") or 0),
         renew_time=str(spec.get("renewTime") or ""),
-        resource_version=str((lease.get("metadata") or {}).get("resourceVersion", "")),
+        resource_version=services.resource_version(lease),
     )
 
 

@@ -162,8 +162,7 @@ class Reconciler:
                 self._wake.set()
             return
         if old is not None and not snapshot.newer(
-            str(meta.get("resourceVersion", "")),
-            str((old.get("metadata") or {}).get("resourceVersion", "")),
+            services.resource_version(obj), services.resource_version(old)
         ):
             return
         self.pools[name] = dict(obj)
@@ -245,8 +244,7 @@ class Reconciler:
             names.add(str((pool.get("metadata") or {}).get("name", "")))
             self.observe_pool(None, pool)
         for name in [n for n in self.pools if n not in names]:
-            rv = str((self.pools[name].get("metadata") or {}).get("resourceVersion", ""))
-            if not snapshot.newer(rv, version):
+            if not snapshot.newer(services.resource_version(self.pools[name]), version):
                 self.observe_pool("DELETED", self.pools[name])
 
     # --- the loop ----------------------------------------------------------------------------
@@ -546,9 +544,8 @@ class Reconciler:
             body,
         )
         current = self.pools.get(name)
-        rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
         if current is not None and snapshot.newer(
-            rv, str((current.get("metadata") or {}).get("resourceVersion", ""))
+            services.resource_version(obj), services.resource_version(current)
         ):
             self.pools[name] = obj
 

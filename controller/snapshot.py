@@ -141,7 +141,7 @@ def service_view(obj: Mapping[str, Any]) -> ServiceView:
         ingress=ingress.entries,
         allocated_pool=notes.get(keys.IP_ALLOCATED_FROM_POOL),
         deprecated=tuple(keys.deprecated_keys(notes)),
-        resource_version=str(meta.get("resourceVersion", "")),
+        resource_version=services.resource_version(obj),
     )
 
 

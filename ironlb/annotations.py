@@ -1,4 +1,4 @@
-"""Service annotation and label keys that make up MetalLB's user contract.
+"""Annotation and label keys that make up MetalLB's user contract, each spelled once.
 
 MetalLB renamed its annotations from `metallb.universe.tf/*` to `metallb.io/*` and still honours
 the old spelling; when a Service carries both, the new one wins. Every reader goes through `read`
@@ -31,6 +31,15 @@ IP_ALLOCATED_FROM_POOL = "metallb.io/ip-allocated-from-pool"
 
 # Node label: nodes carrying it (any value) never attract load-balancer traffic.
 EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+# Labels on the speakers' ServiceL2Status / ServiceBGPStatus objects: who wrote it, for which
+# Service (MetalLB's own, so its tools find ours).
+STATUS_NODE = "metallb.io/node"
+STATUS_SERVICE_NAME = "metallb.io/service-name"
+STATUS_SERVICE_NAMESPACE = "metallb.io/service-namespace"
+
+# EndpointSlice label naming the Service the slice belongs to (set by Kubernetes).
+ENDPOINT_SLICE_SERVICE = "kubernetes.io/service-name"
 
 INPUT_KEYS = (LOAD_BALANCER_IPS, ADDRESS_POOL, ALLOW_SHARED_IP)
 

@@ -1,4 +1,4 @@
-"""A raw Service, read once: its key, whether it is ours, its ingress addresses.
+"""A raw Service, read once: its key and version, whether it is ours, its ingress addresses.
 
 The controller, the speaker and `ironlb status` each read Services straight from the API, and
 each used to spell these rules itself, slightly differently. They read them here instead, so a
@@ -31,6 +31,13 @@ def key(obj: Object) -> str:
     """`namespace/name`, the key MetalLB and client-go's cache give any namespaced object."""
     meta = _map(obj.get("metadata"))
     return f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}"
+
+
+def resource_version(obj: object) -> str:
+    """`metadata.resourceVersion` of any object; "" when it has none (a body not yet created)."""
+    meta = _map(obj.get("metadata")) if isinstance(obj, Mapping) else {}
+    version = meta.get("resourceVersion")
+    return str(version) if version else ""
 
 
 def is_load_balancer(service: Object) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ironlb import services
 from ironlb_io import kube
 
 log = logging.getLogger(__name__)
@@ -37,12 +38,6 @@ class Source:
 
 class Gone(Exception):
     """The server cannot resume from our resourceVersion any more."""
-
-
-def resource_version(obj: Any) -> str | None:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-    return str(version) if version else None
 
 
 async def list_kind(client: kube.Client, source: Source) -> tuple[list[Mapping[str, Any]], str]:
@@ -113,4 +108,4 @@ async def _watch_once(
         if kind in ("ADDED", "MODIFIED", "DELETED"):
             obj.setdefault("kind", source.kind)
             observe(source.kind, kind, obj)
-        cursor[0] = resource_version(obj) or cursor[0]
+        cursor[0] = services.resource_version(obj) or cursor[0]

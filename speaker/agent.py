@@ -164,7 +164,7 @@ class Agent:
         The writer creates an object and then sets its status; the watch event for the create
         (status still empty) arrives after the store already holds the status we set, and is
         dropped rather than taken for somebody else's change."""
-        version = watching.resource_version(obj)
+        version = services.resource_version(obj)
         if event_type != "DELETED" and version in self._superseded:
             self._superseded.discard(version)
             return
@@ -186,7 +186,7 @@ class Agent:
             watching.Source("Node", kube.core_path("nodes")),
             watching.Source("EndpointSlice", "/apis/discovery.k8s.io/v1/endpointslices"),
         ]
-        for kind in (*model.CONFIG_KINDS, status.L2, status.BGP):
+        for kind in (*model.CONFIG_KINDS, model.SERVICE_L2_STATUS, model.SERVICE_BGP_STATUS):
             plural, versions = model.RESOURCES[kind]
             found.append(
                 watching.Source(kind, kube.group_path(model.GROUP, versions[-1], plural, ns))
@@ -253,8 +253,10 @@ class Agent:
             )
         self._account(l2, reached, snap)
         self._wanted_status = {
-            status.L2: status.wanted_l2(me, l2 if self.layer2 is not None else _EMPTY_L2),
-            status.BGP: status.wanted_bgp(me, reached),
+            model.SERVICE_L2_STATUS: status.wanted_l2(
+                me, l2 if self.layer2 is not None else _EMPTY_L2
+            ),
+            model.SERVICE_BGP_STATUS: status.wanted_bgp(me, reached),
         }
         self._status_dirty.set()
 
@@ -347,7 +349,9 @@ class Agent:
     async def _sync_status(self, kind: str, wanted: list[status.Wanted]) -> bool:
         me, ns = self.options.node_name, self.options.namespace
         existing = list(self.store.config.get(kind, {}).values())
-        changes = status.diff(kind, me, wanted, existing, evict_others=kind == status.L2)
+        changes = status.diff(
+            kind, me, wanted, existing, evict_others=kind == model.SERVICE_L2_STATUS
+        )
         plural, versions = model.RESOURCES[kind]
         base = kube.group_path(model.GROUP, versions[-1], plural, ns)
         gate = asyncio.Semaphore(STATUS_CONCURRENCY)
@@ -357,8 +361,8 @@ class Agent:
                 body = status.body(w, me, ns)
                 try:
                     created = await self.client.create(base, body)
-                    version = watching.resource_version(created)
-                    if version is not None:
+                    version = services.resource_version(created)
+                    if version:
                         self._superseded.add(version)
                 except kube.ApiError as e:
                     if not e.conflict:

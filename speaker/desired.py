@@ -13,25 +13,27 @@ separately, so its IPv4 and IPv6 addresses may be answered by different nodes.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ironlb import addresses, model, selectors
 from speaker import election
 
-EXCLUDE_LABEL = election.EXCLUDE_LABEL
 
-# Reasons, as MetalLB names them.
-NOT_OWNER = "notOwner"
-NO_MATCHING_ADVERTISEMENT = "noMatchingAdvertisement"
-SHARED_IP_WITH_SERVICE_SELECTOR = "sharedIPWithServiceSelector"
-IP_NOT_ALLOWED = "ipNotAllowed"
-NO_IP_ALLOCATED = "noIPAllocated"
-CONFLICTING_ADVERTISEMENTS = "conflictingAdvertisements"
-NODE_NETWORK_UNAVAILABLE = "nodeNetworkUnavailable"
-NODE_EXCLUDED = "nodeLabeledExcludeBalancers"
-NO_LOCAL_ENDPOINTS = "noLocalEndpoints"
-NO_ENDPOINTS = "noEndpoints"
+class Reason(enum.StrEnum):
+    """Why this node does not announce a Service, in MetalLB's words (its metrics and logs)."""
+
+    NOT_OWNER = "notOwner"
+    NO_MATCHING_ADVERTISEMENT = "noMatchingAdvertisement"
+    SHARED_IP_WITH_SERVICE_SELECTOR = "sharedIPWithServiceSelector"
+    IP_NOT_ALLOWED = "ipNotAllowed"
+    NO_IP_ALLOCATED = "noIPAllocated"
+    CONFLICTING_ADVERTISEMENTS = "conflictingAdvertisements"
+    NODE_NETWORK_UNAVAILABLE = "nodeNetworkUnavailable"
+    NODE_EXCLUDED = "nodeLabeledExcludeBalancers"
+    NO_LOCAL_ENDPOINTS = "noLocalEndpoints"
+    NO_ENDPOINTS = "noEndpoints"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +89,7 @@ class L2Plan:
     # Every address's elected owner (None: nobody may announce it), for status and logs.
     owners: Mapping[addresses.IPAddress, str | None]
     # Why this node does not announce a Service (absent: it announces every address it owns).
-    reasons: Mapping[str, str] = field(default_factory=dict)
+    reasons: Mapping[str, Reason] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,7 @@ class BGPService:
 @dataclass(frozen=True, slots=True)
 class BGPPlan:
     mine: tuple[BGPService, ...]
-    reasons: Mapping[str, str] = field(default_factory=dict)
+    reasons: Mapping[str, Reason] = field(default_factory=dict)
 
 
 # --- shared rules --------------------------------------------------------------------------------
@@ -140,10 +142,6 @@ def _selects_node(node_selectors: tuple[selectors.LabelSelector, ...], node: Nod
     return selectors.any_matches(node_selectors, model.label_map(node.labels))
 
 
-def _excluded(snapshot: Snapshot, node: Node) -> bool:
-    return not snapshot.ignore_exclude_lb and EXCLUDE_LABEL in model.label_map(node.labels)
-
-
 def _service_matches(
     service_selectors: tuple[selectors.LabelSelector, ...], service: Service
 ) -> bool:
@@ -171,19 +169,19 @@ class _L2Candidacy:
 
 def _l2_candidacy(
     snapshot: Snapshot, service: Service, pool: model.IPAddressPool
-) -> _L2Candidacy | str:
+) -> _L2Candidacy | Reason:
     """The nodes that may announce this Service's addresses, or why nobody may."""
     if not can_serve(service):
-        return NOT_OWNER
+        return Reason.NOT_OWNER
     ads = tuple(
         ad
         for ad in snapshot.config.l2_advertisements
         if ad.selects(pool) and _service_matches(ad.service_selectors, service)
     )
     if service.shares and any(ad.service_selectors for ad in ads):
-        return SHARED_IP_WITH_SERVICE_SELECTOR
+        return Reason.SHARED_IP_WITH_SERVICE_SELECTOR
     if not ads:
-        return NO_MATCHING_ADVERTISEMENT
+        return Reason.NO_MATCHING_ADVERTISEMENT
     candidates = election.eligible(
         snapshot.nodes.values(),
         frozenset(snapshot.alive),
@@ -196,7 +194,7 @@ def _l2_candidacy(
 
 
 def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
-    reasons: dict[str, str] = {}
+    reasons: dict[str, Reason] = {}
     # address -> (candidates, scores, [(service key, ads)]) merged over the Services holding it.
     per_address: dict[
         addresses.IPAddress,
@@ -204,14 +202,14 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
     ] = {}
     for service in snapshot.services:
         if not service.ips:
-            reasons[service.key] = NO_IP_ALLOCATED
+            reasons[service.key] = Reason.NO_IP_ALLOCATED
             continue
         pool = pool_of(snapshot.config, service.ips)
         if pool is None:
-            reasons[service.key] = IP_NOT_ALLOWED
+            reasons[service.key] = Reason.IP_NOT_ALLOWED
             continue
         candidacy = _l2_candidacy(snapshot, service, pool)
-        if isinstance(candidacy, str):
+        if isinstance(candidacy, Reason):
             reasons[service.key] = candidacy
             continue
         for ip in service.ips:
@@ -233,7 +231,9 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
                 selected = node is not None and any(
                     _selects_node(ad.node_selectors, node) for ad in ads
                 )
-                reasons.setdefault(key, NOT_OWNER if selected else NO_MATCHING_ADVERTISEMENT)
+                reasons.setdefault(
+                    key, Reason.NOT_OWNER if selected else Reason.NO_MATCHING_ADVERTISEMENT
+                )
             continue
         my_ads = [ad for _, ads in holders for ad in ads if _selects_node(ad.node_selectors, node)]
         mine.append(
@@ -284,19 +284,19 @@ def bgp_decision(
     service: Service,
     me: model.NodeName,
     per_pool: dict[str, tuple[model.BGPAdvertisement, ...]] | None = None,
-) -> tuple[model.BGPAdvertisement, ...] | str:
+) -> tuple[model.BGPAdvertisement, ...] | Reason:
     """The advertisements under which this node announces the Service, or why it does not.
 
     `per_pool` remembers, across the calls of one pass, which advertisements select each pool
     and this node: the same for every Service of the pool."""
     if not service.ips:
-        return NO_IP_ALLOCATED
+        return Reason.NO_IP_ALLOCATED
     pool = pool_of(snapshot.config, service.ips)
     if pool is None:
-        return IP_NOT_ALLOWED
+        return Reason.IP_NOT_ALLOWED
     node = snapshot.nodes.get(me)
     if node is None:
-        return NOT_OWNER
+        return Reason.NOT_OWNER
     on_me = None if per_pool is None else per_pool.get(pool.name)
     if on_me is None:
         on_me = tuple(
@@ -307,30 +307,30 @@ def bgp_decision(
         if per_pool is not None:
             per_pool[pool.name] = on_me
     if not on_me:
-        return NOT_OWNER
+        return Reason.NOT_OWNER
     ads = tuple(ad for ad in on_me if _service_matches(ad.service_selectors, service))
     if not ads:
-        return NO_MATCHING_ADVERTISEMENT
+        return Reason.NO_MATCHING_ADVERTISEMENT
     if _conflicting(ads, service):
-        return CONFLICTING_ADVERTISEMENTS
+        return Reason.CONFLICTING_ADVERTISEMENTS
     if node.network_unavailable:
-        return NODE_NETWORK_UNAVAILABLE
-    if _excluded(snapshot, node):
-        return NODE_EXCLUDED
+        return Reason.NODE_NETWORK_UNAVAILABLE
+    if election.excluded(node, snapshot.ignore_exclude_lb):
+        return Reason.NODE_EXCLUDED
     if service.local and me not in endpoint_nodes(service):
-        return NO_LOCAL_ENDPOINTS
+        return Reason.NO_LOCAL_ENDPOINTS
     if not can_serve(service):
-        return NO_ENDPOINTS
+        return Reason.NO_ENDPOINTS
     return ads
 
 
 def bgp_plan(snapshot: Snapshot, me: model.NodeName) -> BGPPlan:
     mine: list[BGPService] = []
-    reasons: dict[str, str] = {}
+    reasons: dict[str, Reason] = {}
     per_pool: dict[str, tuple[model.BGPAdvertisement, ...]] = {}
     for service in snapshot.services:
         decision = bgp_decision(snapshot, service, me, per_pool)
-        if isinstance(decision, str):
+        if isinstance(decision, Reason):
             reasons[service.key] = decision
         else:
             mine.append(BGPService(service.key, service.ips, decision))

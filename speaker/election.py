@@ -20,8 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ironlb import addresses, model
-
-EXCLUDE_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+from ironlb import annotations as keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +61,13 @@ def _selected(ad: model.L2Advertisement, labels: Mapping[str, str]) -> bool:
     return not ad.node_selectors or any(s.matches(labels) for s in ad.node_selectors)
 
 
+def excluded(node: NodeInfo, ignore_exclude_label: bool = False) -> bool:
+    """Labelled out of load balancing (unless the speaker runs with --ignore-exclude-lb); the
+    one rule for both modes."""
+    labels = model.label_map(node.labels)
+    return keys.EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS in labels and not ignore_exclude_label
+
+
 def eligible(
     nodes: Iterable[NodeInfo],
     alive: frozenset[str],
@@ -80,7 +86,7 @@ def eligible(
         labels = model.label_map(node.labels)
         if node.name not in alive or node.network_unavailable:
             continue
-        if EXCLUDE_LABEL in labels and not ignore_exclude_label:
+        if excluded(node, ignore_exclude_label):
             continue
         if not any(_selected(ad, labels) for ad in ads):
             continue

@@ -20,11 +20,10 @@ from typing import Any
 from ironlb import annotations as keys
 from ironlb import model, parsing, services, validation
 from ironlb.problems import Problem
-from speaker import desired, election, status
+from speaker import desired, election
 
 Object = Mapping[str, Any]
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-STATUS_KINDS = (status.L2, status.BGP)
+STATUS_KINDS = (model.SERVICE_L2_STATUS, model.SERVICE_BGP_STATUS)
 # Metadata that changes on every write without changing what the object says.
 _BOOKKEEPING = ("resourceVersion", "managedFields", "generation")
 
@@ -84,7 +83,7 @@ def slim(kind: str, obj: Object) -> dict[str, Any]:
         meta = _slim_metadata(obj, annotations=False)
         labels = meta.get("labels")
         if isinstance(labels, Mapping):
-            meta["labels"] = _pick(labels, (SERVICE_NAME_LABEL,))
+            meta["labels"] = _pick(labels, (keys.ENDPOINT_SLICE_SERVICE,))
         endpoints = obj.get("endpoints")
         return {
             "kind": kind,
@@ -247,7 +246,7 @@ class Store:
         if self.status_node is None:
             return True
         labels = _map(_map(obj.get("metadata")).get("labels"))
-        return labels.get(status.NODE_LABEL) == self.status_node
+        return labels.get(keys.STATUS_NODE) == self.status_node
 
     def _table(self, kind: str) -> dict[str, Object]:
         if kind == "Service":
@@ -265,7 +264,7 @@ def _owner(endpoint_slice: Object | None) -> str | None:
     if endpoint_slice is None:
         return None
     meta = _map(endpoint_slice.get("metadata"))
-    owner = _map(meta.get("labels")).get(SERVICE_NAME_LABEL)
+    owner = _map(meta.get("labels")).get(keys.ENDPOINT_SLICE_SERVICE)
     return f"{meta.get('namespace') or ''}/{owner}" if owner else None
 
 

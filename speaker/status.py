@@ -15,15 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ironlb import annotations as keys
 from ironlb import model
 from speaker import desired
-
-NODE_LABEL = "metallb.io/node"
-SERVICE_NAME_LABEL = "metallb.io/service-name"
-SERVICE_NAMESPACE_LABEL = "metallb.io/service-namespace"
-
-L2 = "ServiceL2Status"
-BGP = "ServiceBGPStatus"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +32,7 @@ class Wanted:
 @functools.lru_cache(maxsize=1 << 16)
 def object_name(kind: str, node: str, service: str) -> str:
     digest = hashlib.sha256(f"{node}/{service}".encode()).hexdigest()[:16]
-    return f"{'l2' if kind == L2 else 'bgp'}-{digest}"
+    return f"{'l2' if kind == model.SERVICE_L2_STATUS else 'bgp'}-{digest}"
 
 
 def wanted_l2(node: str, plan: desired.L2Plan) -> list[Wanted]:
@@ -59,7 +53,15 @@ def wanted_l2(node: str, plan: desired.L2Plan) -> list[Wanted]:
             "serviceNamespace": namespace,
             "interfaces": listed,
         }
-        out.append(Wanted(L2, object_name(L2, node, service), namespace, name, status))
+        out.append(
+            Wanted(
+                model.SERVICE_L2_STATUS,
+                object_name(model.SERVICE_L2_STATUS, node, service),
+                namespace,
+                name,
+                status,
+            )
+        )
     return out
 
 
@@ -77,7 +79,15 @@ def wanted_bgp(node: str, announced: Mapping[str, Iterable[model.PeerName]]) -> 
             "serviceNamespace": namespace,
             "peers": peer_list,
         }
-        out.append(Wanted(BGP, object_name(BGP, node, service), namespace, name, status))
+        out.append(
+            Wanted(
+                model.SERVICE_BGP_STATUS,
+                object_name(model.SERVICE_BGP_STATUS, node, service),
+                namespace,
+                name,
+                status,
+            )
+        )
     return out
 
 
@@ -89,9 +99,9 @@ def body(wanted: Wanted, node: str, namespace: str) -> dict[str, Any]:
             "name": wanted.name,
             "namespace": namespace,
             "labels": {
-                NODE_LABEL: node,
-                SERVICE_NAME_LABEL: wanted.service_name,
-                SERVICE_NAMESPACE_LABEL: wanted.service_namespace,
+                keys.STATUS_NODE: node,
+                keys.STATUS_SERVICE_NAME: wanted.service_name,
+                keys.STATUS_SERVICE_NAMESPACE: wanted.service_namespace,
             },
         },
         "spec": {},
@@ -127,13 +137,13 @@ def diff(
         labels = meta.get("labels") or {}
         if obj.get("kind", kind) != kind:
             continue
-        if labels.get(NODE_LABEL) == node:
+        if labels.get(keys.STATUS_NODE) == node:
             mine[str(meta.get("name"))] = obj
         elif (
             evict_others
             and (
-                labels.get(SERVICE_NAMESPACE_LABEL),
-                labels.get(SERVICE_NAME_LABEL),
+                labels.get(keys.STATUS_SERVICE_NAMESPACE),
+                labels.get(keys.STATUS_SERVICE_NAME),
             )
             in ours
         ):

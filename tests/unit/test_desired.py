@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ironlb import addresses, model, selectors
+from ironlb import annotations as keys
 from speaker import desired
 
 POOL = model.IPAddressPool(
@@ -163,7 +164,7 @@ def test_every_node_computes_the_same_owner(nodes: set[str], raw: int, rnd: obje
 def test_cluster_policy_hash_winner_announces_regardless_of_endpoint_location() -> None:
     snap = snapshot([svc(endpoints=[ep("iris1")])])
     assert announcers(snap) == {"iris2"}
-    assert reason(snap, "iris1") == desired.NOT_OWNER
+    assert reason(snap, "iris1") == desired.Reason.NOT_OWNER
 
 
 def test_local_policy_only_nodes_with_endpoints() -> None:
@@ -220,7 +221,7 @@ def test_advertisement_node_selector() -> None:
     ]
     snap = snapshot([svc(endpoints=[ep("iris1")])], nodes, l2=[ad])
     assert announcers(snap) == {"iris1"}
-    assert reason(snap, "iris2") == desired.NO_MATCHING_ADVERTISEMENT
+    assert reason(snap, "iris2") == desired.Reason.NO_MATCHING_ADVERTISEMENT
 
 
 def test_ad_only_on_node_without_local_endpoint_means_nobody() -> None:
@@ -234,7 +235,7 @@ def test_ad_only_on_node_without_local_endpoint_means_nobody() -> None:
 
 
 def test_exclude_label() -> None:
-    excluded = {desired.EXCLUDE_LABEL: ""}
+    excluded = {keys.EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: ""}
     snap = snapshot([svc(endpoints=[ep("iris1")])], [node("iris1"), node("iris2", **excluded)])
     assert announcers(snap) == {"iris1"}
     snap = snapshot(
@@ -259,7 +260,7 @@ def test_service_selectors() -> None:
     ad = l2ad(service_selectors=(sel(app="foo"),))
     snap = snapshot([svc(endpoints=[ep("iris1")])], l2=[ad])
     assert announcers(snap) == set()
-    assert reason(snap, "iris1") == desired.NO_MATCHING_ADVERTISEMENT
+    assert reason(snap, "iris1") == desired.Reason.NO_MATCHING_ADVERTISEMENT
     snap = snapshot([svc(endpoints=[ep("iris1")], labels={"app": "foo"})], l2=[ad])
     assert announcers(snap) == {"iris2"}
 
@@ -268,7 +269,7 @@ def test_shared_ip_with_service_selector_is_never_announced() -> None:
     ad = l2ad(service_selectors=(sel(app="foo"),))
     snap = snapshot([svc(endpoints=[ep("iris1")], labels={"app": "foo"}, shares=True)], l2=[ad])
     assert announcers(snap) == set()
-    assert reason(snap, "iris1") == desired.SHARED_IP_WITH_SERVICE_SELECTOR
+    assert reason(snap, "iris1") == desired.Reason.SHARED_IP_WITH_SERVICE_SELECTOR
     snap = snapshot([svc(endpoints=[ep("iris1")], shares=True)])
     assert announcers(snap) == {"iris2"}
 
@@ -299,7 +300,7 @@ def test_interfaces_union_and_all() -> None:
 def test_address_outside_every_pool_is_not_announced() -> None:
     snap = snapshot([svc("192.0.2.1", endpoints=[ep("iris1")])])
     assert announcers(snap) == set()
-    assert reason(snap, "iris1") == desired.IP_NOT_ALLOWED
+    assert reason(snap, "iris1") == desired.Reason.IP_NOT_ALLOWED
 
 
 def test_avoid_buggy_ips_address_is_not_in_pool() -> None:
@@ -307,7 +308,7 @@ def test_avoid_buggy_ips_address_is_not_in_pool() -> None:
         name=model.PoolName("p"), addresses=POOL.addresses, avoid_buggy_ips=True
     )
     snap = snapshot([svc("10.20.30.0", endpoints=[ep("iris1")])], pools=[pool])
-    assert reason(snap, "iris1") == desired.IP_NOT_ALLOWED
+    assert reason(snap, "iris1") == desired.Reason.IP_NOT_ALLOWED
 
 
 def test_shared_address_has_one_owner_even_when_candidates_differ() -> None:
@@ -372,7 +373,7 @@ def test_bgp_local_policy() -> None:
     assert desired.bgp_plan(snap, model.NodeName("iris1")).mine
     assert (
         desired.bgp_plan(snap, model.NodeName("iris2")).reasons["ns/svc"]
-        == desired.NO_LOCAL_ENDPOINTS
+        == desired.Reason.NO_LOCAL_ENDPOINTS
     )
 
 
@@ -394,17 +395,21 @@ def test_bgp_node_selector_and_exclusions() -> None:
     nodes = [node("iris1", rack="a"), node("iris2", rack="b")]
     snap = bgp_snap([svc(endpoints=[ep("iris1")])], bgp=[ad], nodes=nodes)
     assert desired.bgp_plan(snap, model.NodeName("iris1")).mine
-    assert desired.bgp_plan(snap, model.NodeName("iris2")).reasons["ns/svc"] == desired.NOT_OWNER
-    excluded = [node("iris1", **{desired.EXCLUDE_LABEL: ""})]
+    assert (
+        desired.bgp_plan(snap, model.NodeName("iris2")).reasons["ns/svc"]
+        == desired.Reason.NOT_OWNER
+    )
+    excluded = [node("iris1", **{keys.EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: ""})]
     snap = bgp_snap([svc(endpoints=[ep("iris1")])], bgp=[bgpad()], nodes=excluded)
     assert (
-        desired.bgp_plan(snap, model.NodeName("iris1")).reasons["ns/svc"] == desired.NODE_EXCLUDED
+        desired.bgp_plan(snap, model.NodeName("iris1")).reasons["ns/svc"]
+        == desired.Reason.NODE_EXCLUDED
     )
     unavailable = [desired.Node(model.NodeName("iris1"), (), network_unavailable=True)]
     snap = bgp_snap([svc(endpoints=[ep("iris1")])], bgp=[bgpad()], nodes=unavailable)
     assert (
         desired.bgp_plan(snap, model.NodeName("iris1")).reasons["ns/svc"]
-        == desired.NODE_NETWORK_UNAVAILABLE
+        == desired.Reason.NODE_NETWORK_UNAVAILABLE
     )
 
 
@@ -414,7 +419,7 @@ def test_bgp_conflicting_local_pref_with_service_selectors() -> None:
     snap = bgp_snap([svc(endpoints=[ep("iris1")], labels={"app": "x"})], bgp=[a, b])
     assert (
         desired.bgp_plan(snap, model.NodeName("iris1")).reasons["ns/svc"]
-        == desired.CONFLICTING_ADVERTISEMENTS
+        == desired.Reason.CONFLICTING_ADVERTISEMENTS
     )
     c = bgpad("c", local_pref=200, aggregation_length=24)
     snap = bgp_snap(

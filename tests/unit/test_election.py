@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ironlb import annotations as keys
 from ironlb import model, selectors
 from speaker import election
 
@@ -93,7 +94,7 @@ def test_eligibility_rules() -> None:
     nodes = [
         node("a", zone="x"),
         node("b", zone="y"),
-        node("c", zone="x", **{election.EXCLUDE_LABEL: ""}),
+        node("c", zone="x", **{keys.EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: ""}),
         election.NodeInfo("d", (("zone", "x"),), network_unavailable=True),
         node("e", zone="x"),
     ]

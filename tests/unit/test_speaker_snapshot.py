@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ironlb import annotations as keys
 from ironlb import model
 from speaker import desired, snapshot, status
 
@@ -42,7 +43,7 @@ def endpoint_slice(service_name: str, *endpoints: dict[str, Any]) -> dict[str, A
         "metadata": {
             "name": f"{service_name}-abc",
             "namespace": "app",
-            "labels": {snapshot.SERVICE_NAME_LABEL: service_name},
+            "labels": {keys.ENDPOINT_SLICE_SERVICE: service_name},
         },
         "endpoints": list(endpoints),
     }
@@ -224,19 +225,19 @@ def test_status_diff_creates_updates_and_deletes_only_our_objects() -> None:
     )
     a, b = wanted
     ours_stale = {
-        "kind": status.L2,
-        "metadata": {"name": b.name, "labels": {status.NODE_LABEL: "n1"}},
+        "kind": model.SERVICE_L2_STATUS,
+        "metadata": {"name": b.name, "labels": {keys.STATUS_NODE: "n1"}},
         "status": {**b.status, "node": "old"},
     }
     ours_gone = {
-        "kind": status.L2,
-        "metadata": {"name": "l2-gone", "labels": {status.NODE_LABEL: "n1"}},
+        "kind": model.SERVICE_L2_STATUS,
+        "metadata": {"name": "l2-gone", "labels": {keys.STATUS_NODE: "n1"}},
     }
     theirs = {
-        "kind": status.L2,
-        "metadata": {"name": "l2-theirs", "labels": {status.NODE_LABEL: "n2"}},
+        "kind": model.SERVICE_L2_STATUS,
+        "metadata": {"name": "l2-theirs", "labels": {keys.STATUS_NODE: "n2"}},
     }
-    changes = status.diff(status.L2, "n1", wanted, [ours_stale, ours_gone, theirs])
+    changes = status.diff(model.SERVICE_L2_STATUS, "n1", wanted, [ours_stale, ours_gone, theirs])
     assert [w.name for w in changes.create] == [a.name]
     assert [w.name for w in changes.update] == [b.name]
     assert changes.delete == ("l2-gone",)
@@ -247,39 +248,39 @@ def test_layer2_owner_evicts_other_nodes_objects_for_its_services_only() -> None
 
     def theirs(name: str, node_name: str, service: str) -> dict[str, Any]:
         return {
-            "kind": status.L2,
+            "kind": model.SERVICE_L2_STATUS,
             "metadata": {
                 "name": name,
                 "labels": {
-                    status.NODE_LABEL: node_name,
-                    status.SERVICE_NAMESPACE_LABEL: "app",
-                    status.SERVICE_NAME_LABEL: service,
+                    keys.STATUS_NODE: node_name,
+                    keys.STATUS_SERVICE_NAMESPACE: "app",
+                    keys.STATUS_SERVICE_NAME: service,
                 },
             },
         }
 
     existing = [theirs("l2-dead-owner", "n2", "a"), theirs("l2-other-service", "n3", "b")]
-    evicting = status.diff(status.L2, "n1", [a], existing, evict_others=True)
+    evicting = status.diff(model.SERVICE_L2_STATUS, "n1", [a], existing, evict_others=True)
     assert evicting.delete == ("l2-dead-owner",)
     assert [w.name for w in evicting.create] == [a.name]
     # BGP: every node announces, nobody evicts; nor does a node that owns nothing.
-    assert status.diff(status.L2, "n1", [a], existing).delete == ()
-    assert status.diff(status.L2, "n1", [], existing, evict_others=True).delete == ()
+    assert status.diff(model.SERVICE_L2_STATUS, "n1", [a], existing).delete == ()
+    assert status.diff(model.SERVICE_L2_STATUS, "n1", [], existing, evict_others=True).delete == ()
 
 
 def test_settled_status_needs_no_change() -> None:
     wanted = status.wanted_bgp("n1", {"app/a": (model.PeerName("tor"),)})
     existing = [{**status.body(w, "n1", NS), "status": dict(w.status)} for w in wanted]
-    changes = status.diff(status.BGP, "n1", wanted, existing)
+    changes = status.diff(model.SERVICE_BGP_STATUS, "n1", wanted, existing)
     assert changes == status.Changes((), (), ())
 
 
 def test_names_are_stable_and_distinct_per_node() -> None:
-    assert status.object_name(status.L2, "n1", "app/a") == status.object_name(
-        status.L2, "n1", "app/a"
+    assert status.object_name(model.SERVICE_L2_STATUS, "n1", "app/a") == status.object_name(
+        model.SERVICE_L2_STATUS, "n1", "app/a"
     )
-    assert status.object_name(status.L2, "n1", "app/a") != status.object_name(
-        status.L2, "n2", "app/a"
+    assert status.object_name(model.SERVICE_L2_STATUS, "n1", "app/a") != status.object_name(
+        model.SERVICE_L2_STATUS, "n2", "app/a"
     )
 
 

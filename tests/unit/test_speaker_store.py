@@ -8,8 +8,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ironlb import services
-from speaker import snapshot, status
+from ironlb import annotations as keys
+from ironlb import model, services
+from speaker import snapshot
 from tests.unit.test_speaker_snapshot import NS, endpoint, endpoint_slice, node, pool, service
 
 
@@ -117,7 +118,7 @@ def test_a_slice_moving_between_services_updates_both_views() -> None:
     assert [len(s.endpoints) for s in snap.services] == [1, 0]
     piece = {
         **piece,
-        "metadata": {**piece["metadata"], "labels": {snapshot.SERVICE_NAME_LABEL: "b"}},
+        "metadata": {**piece["metadata"], "labels": {keys.ENDPOINT_SLICE_SERVICE: "b"}},
     }
     assert store.put("EndpointSlice", "MODIFIED", piece)
     snap, _ = build(store)
@@ -129,22 +130,24 @@ def test_a_slice_moving_between_services_updates_both_views() -> None:
 
 def status_object(node_name: str, name: str, peers: list[str]) -> dict[str, Any]:
     return {
-        "kind": status.BGP,
-        "metadata": {"name": name, "namespace": NS, "labels": {status.NODE_LABEL: node_name}},
+        "kind": model.SERVICE_BGP_STATUS,
+        "metadata": {"name": name, "namespace": NS, "labels": {keys.STATUS_NODE: node_name}},
         "status": {"node": node_name, "peers": peers},
     }
 
 
 def test_only_our_own_status_objects_concern_a_pass() -> None:
     store = snapshot.Store(status_node="n1")
-    assert not store.put(status.BGP, None, status_object("n2", "theirs", ["tor"]))
-    assert not store.put(status.BGP, "MODIFIED", status_object("n2", "theirs", ["tor", "b"]))
-    assert store.put(status.BGP, None, status_object("n1", "ours", ["tor"]))
-    assert not store.put(status.BGP, "MODIFIED", status_object("n1", "ours", ["tor"]))
+    assert not store.put(model.SERVICE_BGP_STATUS, None, status_object("n2", "theirs", ["tor"]))
+    assert not store.put(
+        model.SERVICE_BGP_STATUS, "MODIFIED", status_object("n2", "theirs", ["tor", "b"])
+    )
+    assert store.put(model.SERVICE_BGP_STATUS, None, status_object("n1", "ours", ["tor"]))
+    assert not store.put(model.SERVICE_BGP_STATUS, "MODIFIED", status_object("n1", "ours", ["tor"]))
     # Someone else rewrote or deleted ours: the next pass must put it right.
-    assert store.put(status.BGP, "MODIFIED", status_object("n1", "ours", []))
-    assert store.put(status.BGP, "DELETED", status_object("n1", "ours", []))
-    assert list(store.config[status.BGP]) == [f"{NS}/theirs"]
+    assert store.put(model.SERVICE_BGP_STATUS, "MODIFIED", status_object("n1", "ours", []))
+    assert store.put(model.SERVICE_BGP_STATUS, "DELETED", status_object("n1", "ours", []))
+    assert list(store.config[model.SERVICE_BGP_STATUS]) == [f"{NS}/theirs"]
 
 
 def test_configuration_is_parsed_again_only_when_it_changed() -> None:
