@@ -303,29 +303,6 @@ class WebhookServer:
             self._runner = None
 
 
-def kubernetes_lister(api_client: Any, namespace: str) -> Lister:
-    """A Lister over the official (blocking) client, run in a thread per call."""
-    import kubernetes  # imported here: the pure parts of this module need no client
-
-    custom = kubernetes.client.CustomObjectsApi(api_client)
-    core = kubernetes.client.CoreV1Api(api_client)
-
-    def list_kind(kind: str) -> list[Mapping[str, Any]]:
-        if kind == model.SECRET:
-            secrets = core.list_namespaced_secret(namespace)
-            return [{"metadata": {"name": s.metadata.name}} for s in secrets.items if s.metadata]
-        plural, versions = model.RESOURCES[kind]
-        listed: Any = custom.list_namespaced_custom_object(
-            model.GROUP, versions[-1], namespace, plural
-        )
-        return list(listed.get("items", []))
-
-    async def lister(kind: str) -> Sequence[Mapping[str, Any]]:
-        return await asyncio.to_thread(list_kind, kind)
-
-    return lister
-
-
 # --- ValidatingWebhookConfiguration ---
 
 

@@ -7,7 +7,7 @@ Services is that the Store keeps only the fields a speaker reads (`slim`), remem
 Service's view until the Service or one of its EndpointSlices changes, and parses the
 configuration again only when a metallb.io object changed. `Store.put` also says whether an
 object changed anything a pass reads, so that watch events which do not (a kubelet heartbeat,
-another node's status object, kopf replaying what the LIST returned) cost no pass at all.
+another node's status object, a relist returning what the store holds) cost no pass at all.
 Bad objects are dropped with Problems, never raised.
 """
 

@@ -12,7 +12,7 @@ import asyncio
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import kubernetes
@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from controller import webhook
+from ironlb import model
 
 pytestmark = pytest.mark.integration
 
@@ -89,6 +90,29 @@ def other_namespace(test_namespace: str, kube_api: kubernetes.client.ApiClient) 
                 raise
 
 
+def kubernetes_lister(api_client: Any, namespace: str) -> webhook.Lister:
+    """A Lister over the official (blocking) client, run in a thread per call: the webhook
+    served from the test process, reading the apiserver the test drives."""
+
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    core = kubernetes.client.CoreV1Api(api_client)
+
+    def list_kind(kind: str) -> list[Mapping[str, Any]]:
+        if kind == model.SECRET:
+            secrets = core.list_namespaced_secret(namespace)
+            return [{"metadata": {"name": s.metadata.name}} for s in secrets.items if s.metadata]
+        plural, versions = model.RESOURCES[kind]
+        listed: Any = custom.list_namespaced_custom_object(
+            model.GROUP, versions[-1], namespace, plural
+        )
+        return list(listed.get("items", []))
+
+    async def lister(kind: str) -> Sequence[Mapping[str, Any]]:
+        return await asyncio.to_thread(list_kind, kind)
+
+    return lister
+
+
 @pytest.fixture
 def registered_webhook(
     test_namespace: str,
@@ -98,7 +122,7 @@ def registered_webhook(
 ) -> Iterator[webhook.WebhookServer]:
     """Our webhook serving `test_namespace`, registered for it and for `other_namespace`."""
     server = webhook.WebhookServer(
-        webhook.kubernetes_lister(kube_api, test_namespace),
+        kubernetes_lister(kube_api, test_namespace),
         test_namespace,
         host="127.0.0.1",
         port=0,
