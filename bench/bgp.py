@@ -33,12 +33,10 @@ import errno
 import http.client
 import ipaddress
 import json
-import math
 import os
 import shutil
 import signal
 import ssl
-import statistics
 import subprocess
 import sys
 import threading
@@ -52,6 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import figures  # noqa: E402
 from hack import deploy  # noqa: E402
 from hack import lab as network_lab  # noqa: E402
 from ironlb_io import kube  # noqa: E402
@@ -187,23 +186,6 @@ def say(message: str) -> None:
 
 
 # --- statistics --------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-def distribution(values: Sequence[float]) -> dict[str, float | int | None]:
-    if not values:
-        return {"n": 0, "min": None, "median": None, "p99": None, "max": None}
-    return {
-        "n": len(values),
-        "min": round(min(values), 4),
-        "median": round(statistics.median(values), 4),
-        "p99": round(percentile(values, 0.99), 4),
-        "max": round(max(values), 4),
-    }
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -1170,7 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
     except (BenchError, network_lab.LabError, AssertionError, KeyboardInterrupt) as e:
         incomplete = f"{type(e).__name__}: {e}"
         say(f"incomplete: {incomplete}")
-    print(json.dumps(figures(args, trials, cuts, count, r, phases, incomplete, started)))
+    print(json.dumps(summarise(args, trials, cuts, count, r, phases, incomplete, started)))
     return 0 if incomplete is None else 1
 
 
@@ -1249,7 +1231,7 @@ def run(
         fib.close()
 
 
-def figures(
+def summarise(
     args: argparse.Namespace,
     trials: int,
     cuts: int,
@@ -1266,10 +1248,10 @@ def figures(
     floor_3: dict[str, Any] = r.get("floor", {})
     floor_1: dict[str, Any] | None = r.get("floor_one")
     cold: dict[str, Any] | None = r.get("cold")
-    status = distribution(first)
-    status_full = distribution(full)
-    cut_plain = distribution(no_bfd)
-    cut_bfd = distribution(with_bfd)
+    status = figures.distribution(first)
+    status_full = figures.distribution(full)
+    cut_plain = figures.distribution(no_bfd)
+    cut_bfd = figures.distribution(with_bfd)
     node1_cpu = routes.get("cpu_to_fib", {}).get("nodes", {}).get("node1", {})
     node1_memory = routes.get("memory_at_fib", {}).get("nodes", {}).get("node1", {})
     in_fib = routes.get("all_in_fib_s")
@@ -1314,7 +1296,7 @@ def figures(
         "what": WHAT,
         "status_to_fib": status,
         "status_to_fib_ecmp": status_full,
-        "status_patch_round_trip": distribution(patch),
+        "status_patch_round_trip": figures.distribution(patch),
         "linkcut_nobfd": cut_plain,
         "linkcut_bfd": cut_bfd,
         "routes": routes,

@@ -44,6 +44,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import figures  # noqa: E402
+
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 GONE = {"dead", "left"}
 LIVE = {"alive", "suspect"}
@@ -335,20 +339,6 @@ def trials(g: Group, kind: str, count: int, budget: float) -> list[float]:
     return times
 
 
-def summary(values: list[float]) -> dict[str, float | int]:
-    if not values:
-        return {}
-    ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, max(0, round(0.99 * len(ordered) + 0.5) - 1))]
-    return {
-        "n": len(values),
-        "min": round(ordered[0], 4),
-        "median": round(statistics.median(ordered), 4),
-        "p99": round(p99, 4),
-        "max": round(ordered[-1], 4),
-    }
-
-
 def soak(g: Group, seconds: float) -> dict[str, Any]:
     since = time.monotonic()
     before = g.cpu_seconds()
@@ -424,18 +414,20 @@ def main() -> int:
             soak_thread.start()
         for subnet, n in enumerate(sizes):
             with group(run + f"n{n}", n, subnet, key_file, ours) as g:
-                figures = {
-                    kind: summary(trials(g, kind, count if kind != "leave" else leave_count, 30))
+                by_kind = {
+                    kind: figures.distribution(
+                        trials(g, kind, count if kind != "leave" else leave_count, 30)
+                    )
                     for kind in ("kill", "linkcut", "leave")
                 }
-            result["sizes"][str(n)] = figures
+            result["sizes"][str(n)] = by_kind
             print(f"N={n}")
-            for kind, s in figures.items():
+            for kind, s in by_kind.items():
                 print(line(kind, s))
         if baseline_trials:
             extra = ["--profile=memberlist-lan", "--set=reconnect_interval=2.0"]
             with group(run + "b", 8, 100, key_file, extra) as g:
-                base = summary(trials(g, "linkcut", baseline_trials, 60))
+                base = figures.distribution(trials(g, "linkcut", baseline_trials, 60))
             ours8 = result["sizes"].get("8", {}).get("linkcut", {})
             result["baseline_memberlist_lan_linkcut_n8"] = base
             print("N=8 link cut, side by side")
