@@ -873,8 +873,8 @@ def link_cuts(lab: network_lab.Lab, fib: Fib, cuts: int, bfd: bool) -> list[floa
     return results
 
 
-def use_bfd_profile(lab: network_lab.Lab) -> None:
-    """Give the ToR's BGPPeer the BFD profile (the ToR's own BFD is configured apart)."""
+def use_bfd_profile(lab: network_lab.Lab, profile: str | None = BFD_PROFILE) -> None:
+    """Give the ToR's BGPPeer the BFD profile, or none (the ToR's own BFD is configured apart)."""
     lab.kubectl(
         "patch",
         "bgppeer",
@@ -883,7 +883,7 @@ def use_bfd_profile(lab: network_lab.Lab) -> None:
         NS,
         "--type=merge",
         "-p",
-        json.dumps({"spec": {"bfdProfile": BFD_PROFILE}}),
+        json.dumps({"spec": {"bfdProfile": profile}}),
     )
 
 
@@ -898,16 +898,7 @@ def enable_bfd(lab: network_lab.Lab, fib: Fib) -> None:
 
 
 def disable_bfd(lab: network_lab.Lab) -> None:
-    lab.kubectl(
-        "patch",
-        "bgppeer",
-        "tor",
-        "-n",
-        NS,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"bfdProfile": None}}),
-    )
+    use_bfd_profile(lab, None)
     lab.vtysh("configure terminal", *TOR_BFD_OFF)
 
 
