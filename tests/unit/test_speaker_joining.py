@@ -203,8 +203,8 @@ async def test_a_missing_key_holds_membership_back_until_it_appears(
     (key_dir / "secretkey").write_text("s3cret\n")
     await eventually(lambda: member.members() == frozenset({"keyed"}), "started with the key")
     assert member.reasons() == ()
-    assert member.member is not None
-    assert not member.member.node._sealer.keyring.plain
+    started = getattr(member, "member")  # noqa: B009 - not narrowed by the None check above
+    assert started is not None and not started.node._sealer.keyring.plain
     assert registry.get_sample_value("ironlb_memberlist_members", {"state": "alive"}) == 1
 
 
