@@ -836,6 +836,12 @@ class Demo:
             )  # fmt: skip
             return not found["items"]
 
+        def namespace_gone() -> bool:
+            found = self.kubectl("get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name")
+            return not found.strip()
+
+        # kube-controller-manager empties the namespace, the Pods' agents confirm their exit.
+        until(namespace_gone, STEP_TIMEOUT_S)
         if self.deployment is not None:
             # The speakers delete their own status objects once the Services are gone.
             until(statuses_gone, 10)

@@ -28,7 +28,9 @@ WAIT_S = 60.0
 T = TypeVar("T")
 
 
-def wait_until(what: str, check: Callable[[], T | None], timeout: float = WAIT_S) -> T:
+def wait_until(
+    what: str, check: Callable[[], T | None], timeout: float = WAIT_S, every: float = 0.05
+) -> T:
     """Poll `check()` until it returns something truthy; bounded in time, says what it waited
     for when it gives up."""
     deadline = time.monotonic() + timeout
@@ -37,7 +39,7 @@ def wait_until(what: str, check: Callable[[], T | None], timeout: float = WAIT_S
         last = check()
         if last:
             return last
-        time.sleep(0.05)
+        time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
