@@ -33,7 +33,7 @@ from typing import Any
 import kopf
 
 from controller import certs, config_reporting, leader, metrics, reconciling, webhook
-from ironlb import model
+from ironlb import backoff, model
 from ironlb_io import kube
 
 log = logging.getLogger(__name__)
@@ -240,15 +240,24 @@ async def run(options: Options) -> int:
         stats.leader.set(1)
         keeping = asyncio.ensure_future(elector.keep())
         tasks.append(keeping)
+        wait, logged = backoff.Backoff(), ""
         while True:  # e.g. the CRDs are not installed yet: keep trying, never decide blind
             try:
                 await reconciler.load()
                 break
             except kube.ApiError as e:
-                log.error("cannot list the cluster state; retrying", extra={"error": str(e)})
-                await _first(asyncio.ensure_future(asyncio.sleep(2.0)), stopping, keeping)
+                delay = wait.next()
+                if f"{e.status} {e.reason}" != logged:  # once per kind of failure, not per retry
+                    logged = f"{e.status} {e.reason}"
+                    log.error(
+                        "cannot list the cluster state; retrying",
+                        extra={"error": str(e), "retry_s": round(delay, 1)},
+                    )
+                await _first(asyncio.ensure_future(asyncio.sleep(delay)), stopping, keeping)
                 if stopping.done() or keeping.done():
                     return EXIT_LEASE_LOST if keeping.done() else 0
+        if logged:
+            log.info("cluster state listed")
         running = asyncio.ensure_future(reconciler.run())
         tasks.append(running)
         readying = asyncio.ensure_future(reconciler.ready.wait())

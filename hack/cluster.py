@@ -1,11 +1,13 @@
-"""A real, local Kubernetes control plane (etcd + kube-apiserver) for tests, benches and the demo.
+"""A real, local Kubernetes control plane for tests, benches and the demo.
 
-There is no kube-apiserver package to install, so `install` builds one (and a matching etcd) from
-the Go modules of a Kubernetes release and caches the binaries outside the repository. A directory
-in `KUBEBUILDER_ASSETS` holding kube-apiserver, etcd and kubectl is used as is, like envtest does.
+There are no Kubernetes packages to install, so `install` builds kube-apiserver,
+kube-controller-manager, kube-scheduler, kube-proxy, kubelet and a matching etcd from the Go
+modules of a Kubernetes release, in one `go build`, and caches them outside the repository. What a
+directory in `KUBEBUILDER_ASSETS` holds (envtest's kube-apiserver, etcd, kubectl) is used as is.
 
-`up` starts etcd and the apiserver as detached processes (RBAC on, ServiceAccount token signing,
-an admin client certificate) and writes a kubeconfig; `down` stops them and removes their data.
+`up` starts etcd, the apiserver (RBAC on, ServiceAccount token signing, an admin client
+certificate), kube-controller-manager and kube-scheduler as detached processes and writes a
+kubeconfig; `down` stops them and removes their data.
 Every failure is reported in one line, and `up` never leaves half-started processes behind.
 """
 
@@ -163,9 +165,7 @@ def install(version: str = KUBERNETES_VERSION) -> Path:
         )
         # One `go build` for all of them: the packages they share compile once, and the linker
         # runs in parallel; building them one by one costs minutes more on a cold cache.
-        packages = [
-            "./etcd" if n == "etcd" else f"k8s.io/kubernetes/cmd/{n}" for n in need
-        ]
+        packages = ["./etcd" if n == "etcd" else f"k8s.io/kubernetes/cmd/{n}" for n in need]
         log("go build -o " + str(target) + "/ " + " ".join(packages))
         _run(
             [
@@ -197,6 +197,26 @@ class Ports:
     apiserver: int = 16443
     etcd_client: int = 12379
     etcd_peer: int = 12380
+    controller_manager: int = 10257
+    scheduler: int = 10259
+
+
+# What kube-controller-manager runs here: slices from Pods, namespace deletion, owner-reference
+# garbage collection, the `default` ServiceAccounts and `kube-root-ca.crt` (a kubelet needs both),
+# and the workload controllers that turn a Deployment or DaemonSet into Pods. Node lifecycle and
+# IPAM stay off: the lab's nodes have no kubelet heartbeat and get their podCIDRs at creation.
+CONTROLLERS = (
+    "endpointslice-controller",
+    "endpointslice-mirroring-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+    "serviceaccount-controller",
+    "root-ca-certificate-publisher-controller",
+    "deployment-controller",
+    "replicaset-controller",
+    "daemonset-controller",
+)
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
 @dataclass
@@ -212,6 +232,8 @@ class Cluster:
     netns: str | None = None
     extra_addresses: tuple[str, ...] = ()
     version: str = KUBERNETES_VERSION
+    # kube-controller-manager and kube-scheduler beside the apiserver.
+    controllers: bool = True
 
     @property
     def kubeconfig(self) -> Path:
@@ -227,7 +249,7 @@ class Cluster:
 
     def running_pids(self) -> dict[str, int]:
         pids = {}
-        for name in ("etcd", "kube-apiserver"):
+        for name in COMPONENTS:
             with contextlib.suppress(OSError, ValueError):
                 pid = int(self._pidfile(name).read_text())
                 if _alive(pid):
@@ -255,11 +277,17 @@ class Cluster:
                 f"stale data directory {self.directory} from an earlier run; "
                 f"run `hack/cluster down --dir {self.directory}` to remove it"
             )
-        for name, port in (
+        ports = [
             ("kube-apiserver", self.ports.apiserver),
             ("etcd client", self.ports.etcd_client),
             ("etcd peer", self.ports.etcd_peer),
-        ):
+        ]
+        if self.controllers:
+            ports += [
+                ("kube-controller-manager", self.ports.controller_manager),
+                ("kube-scheduler", self.ports.scheduler),
+            ]
+        for name, port in ports:
             if not self._port_free(port):
                 raise ClusterError(
                     f"port {port} on {self.bind} ({name}) is already in use; choose another"
@@ -270,6 +298,8 @@ class Cluster:
             self._start_etcd()
             self._start_apiserver()
             self._write_kubeconfig()
+            if self.controllers:
+                self._start_controllers()
         except BaseException:
             self._stop_processes()
             shutil.rmtree(self.directory, ignore_errors=True)
@@ -287,6 +317,9 @@ class Cluster:
             return not ss.stdout.strip()
         family = socket.AF_INET6 if ":" in self.bind else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as s:
+            # The servers set SO_REUSEADDR too, so a port whose only sockets are in TIME_WAIT
+            # (a cluster that was just stopped) is free for them and must count as free here.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((self.bind, port))
             except OSError:
@@ -340,8 +373,12 @@ class Cluster:
         self._pidfile(name).write_text(str(proc.pid))
         return proc.pid
 
-    def _wait_ready(self, name: str, pid: int, probe: urllib.request.Request) -> None:
-        context = self._ssl_context() if probe.full_url.startswith("https") else None
+    def _wait_ready(
+        self, name: str, pid: int, probe: urllib.request.Request, verify: bool = True
+    ) -> None:
+        context = None
+        if probe.full_url.startswith("https"):
+            context = self._ssl_context() if verify else ssl._create_unverified_context()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if not _alive(pid):
@@ -423,10 +460,57 @@ class Cluster:
                 # Nothing here runs in-cluster, and a loopback address cannot be an endpoint.
                 "--endpoint-reconciler-type=none",
                 "--event-ttl=1h",
+                # Node names do not resolve here; nodes are reached by their InternalIP.
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--v=0",
             ],
         )
         self._wait_ready("kube-apiserver", pid, urllib.request.Request(f"{self.server}/readyz"))
+
+    def _start_controllers(self) -> None:
+        """kube-controller-manager and kube-scheduler, each serving /healthz on its own port
+        (self-signed: they make their own serving certificates), as the cluster's admin."""
+        d, kubeconfig = self.directory, str(self.kubeconfig)
+        host = f"[{self.bind}]" if ":" in self.bind else self.bind
+        common = [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            f"--bind-address={self.bind}",
+            "--leader-elect=false",
+            "--profiling=false",
+            "--v=1",
+        ]
+        for name, port, extra in (
+            (
+                "kube-controller-manager",
+                self.ports.controller_manager,
+                [
+                    f"--controllers={','.join(CONTROLLERS)}",
+                    "--use-service-account-credentials=false",
+                    # Its client defaults to 20 requests/s: 10,000 Services' slices would take
+                    # minutes to appear. A test cluster's apiserver can take far more.
+                    "--kube-api-qps=500",
+                    "--kube-api-burst=1000",
+                    f"--root-ca-file={d / 'ca.crt'}",
+                    f"--cert-dir={d / 'kube-controller-manager'}",
+                ],
+            ),
+            (
+                "kube-scheduler",
+                self.ports.scheduler,
+                [f"--cert-dir={d / 'kube-scheduler'}"],
+            ),
+        ):
+            pid = self._spawn(
+                name, [str(binary(name, self.version)), *common, *extra, f"--secure-port={port}"]
+            )
+            self._wait_ready(
+                name,
+                pid,
+                urllib.request.Request(f"https://{host}:{port}/healthz"),
+                verify=False,
+            )
 
     def _write_kubeconfig(self) -> None:
         d = self.directory
@@ -461,8 +545,8 @@ class Cluster:
 
     def _stop_processes(self) -> None:
         pids = self.running_pids()
-        # The apiserver first, so it does not log a storm of etcd errors on the way down.
-        for name in ("kube-apiserver", "etcd"):
+        # Clients first, then the apiserver, so nothing logs a storm of errors on the way down.
+        for name in reversed(COMPONENTS):
             pid = pids.get(name)
             if pid is None:
                 continue
@@ -524,11 +608,15 @@ def free_ports(count: int, bind: str = "127.0.0.1") -> list[int]:
     return ports
 
 
-def temporary_cluster() -> Cluster:
-    api, client, peer = free_ports(3)
+def temporary_cluster(controllers: bool = True) -> Cluster:
+    api, client, peer, kcm, scheduler = free_ports(5)
     directory = Path(tempfile.mkdtemp(prefix="ironlb-cluster-"))
     directory.rmdir()
-    return Cluster(directory=directory, ports=Ports(api, client, peer))
+    return Cluster(
+        directory=directory,
+        ports=Ports(api, client, peer, kcm, scheduler),
+        controllers=controllers,
+    )
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -539,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("install", help="build or find kube-apiserver, etcd and kubectl")
     for name, text in (
-        ("up", "start etcd and kube-apiserver, write a kubeconfig"),
+        ("up", "start etcd, kube-apiserver, controller-manager, scheduler; write a kubeconfig"),
         ("down", "stop them and remove their data"),
         ("env", "print `export KUBECONFIG=...`"),
         ("status", "say whether a cluster runs in the directory"),
@@ -551,6 +639,23 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--netns", default=None, help="run inside this network namespace")
             p.add_argument("--port", type=int, default=Ports.apiserver, help="apiserver port")
             p.add_argument("--etcd-port", type=int, default=Ports.etcd_client, help="etcd port")
+            p.add_argument(
+                "--controller-manager-port",
+                type=int,
+                default=Ports.controller_manager,
+                help="kube-controller-manager's /healthz port",
+            )
+            p.add_argument(
+                "--scheduler-port",
+                type=int,
+                default=Ports.scheduler,
+                help="kube-scheduler's /healthz port",
+            )
+            p.add_argument(
+                "--no-controllers",
+                action="store_true",
+                help="without kube-controller-manager and kube-scheduler",
+            )
     args = parser.parse_args(argv)
     try:
         if args.command == "install":
@@ -565,7 +670,14 @@ def main(argv: list[str] | None = None) -> int:
                 directory=args.dir.resolve(),
                 bind=args.bind,
                 netns=args.netns,
-                ports=Ports(args.port, args.etcd_port, args.etcd_port + 1),
+                ports=Ports(
+                    args.port,
+                    args.etcd_port,
+                    args.etcd_port + 1,
+                    args.controller_manager_port,
+                    args.scheduler_port,
+                ),
+                controllers=not args.no_controllers,
             )
             started = time.monotonic()
             cluster.up()

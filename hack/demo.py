@@ -11,9 +11,12 @@ the ToR, a request from the client reaching a backend with its source address ke
 `ironlb status`. Then it kills the speaker of the node answering for the layer-2 address and
 measures how long until another node answers (the ToR probes the address every 10 ms).
 
-There is no kubelet or kube-controller-manager in the lab: the "pods" are an echo server on each
-node behind an nftables DNAT (the kube-proxy stand-in of hack/deploy.py), and the demo writes the
-EndpointSlices itself. Everything is removed at the end, on Ctrl-C and on SIGTERM, unless --keep.
+Underneath runs what a cluster runs: kube-controller-manager and kube-scheduler beside the
+apiserver, a real kube-proxy in every node, and Pods (echo servers, each in a network namespace
+of its own, run by the lab's kubelet stand-in). So the demo also shows the externalTrafficPolicy
+experiment for real: with Cluster the backend sees a node's address, with Local the client's, and
+each node's healthCheckNodePort says whether it has a local endpoint.
+Everything is removed at the end, on Ctrl-C and on SIGTERM, unless --keep.
 
 `--lab-dir DIR` runs the demo on a lab that is already up (`hack/lab up --dir DIR`, or a test
 session's) and leaves the lab itself running afterwards, removing only what the demo added.
@@ -43,7 +46,7 @@ from typing import IO, Any, TypeVar
 import yaml
 
 from hack import cluster as local_cluster
-from hack import deploy
+from hack import deploy, objects
 from hack import lab as network_lab
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,12 +177,6 @@ def until(check: Callable[[], T | None], timeout: float, every: float = 0.1) -> 
 
 # --- the lab's witnesses --------------------------------------------------------------------------
 
-REQUEST = (
-    "import socket, sys\n"
-    "s = socket.create_connection((sys.argv[1], int(sys.argv[2])), 2)\n"
-    "print(s.recv(200).decode().strip())\n"
-)
-
 # Runs in the ToR: one ARP request every PROBE_EVERY_S, prints each change of who answers.
 WATCHER = r"""
 import ipaddress, json, select, sys, time
@@ -285,42 +282,13 @@ def configuration() -> list[dict[str, Any]]:
 
 
 def service(name: str, *, dual: bool, pool: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "type": "LoadBalancer",
-        "externalTrafficPolicy": "Local",
-        "selector": {"app": name},
-        "ports": [{"name": "http", "port": PORT, "protocol": "TCP", "targetPort": 8080}],
-    }
-    if dual:
-        spec["ipFamilyPolicy"] = "RequireDualStack"
-        spec["ipFamilies"] = ["IPv4", "IPv6"]
-    metadata: dict[str, Any] = {"name": name, "namespace": NAMESPACE}
-    if pool:
-        metadata["annotations"] = {"metallb.io/address-pool": pool}
-    return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
-
-
-def endpoints(lab: network_lab.Lab, name: str, nodes: Sequence[int]) -> dict[str, Any]:
-    """What the EndpointSlice controller would write for pods of `name` on `nodes`."""
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": f"{name}-ipv4",
-            "namespace": NAMESPACE,
-            "labels": {"kubernetes.io/service-name": name},
-        },
-        "addressType": "IPv4",
-        "endpoints": [
-            {
-                "addresses": [str(lab.node_v4(i))],
-                "nodeName": lab.node_names[i - 1],
-                "conditions": {"ready": True, "serving": True, "terminating": False},
-            }
-            for i in nodes
-        ],
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-    }
+    return objects.service(
+        NAMESPACE,
+        name,
+        local=True,
+        dual=dual,
+        annotations={"metallb.io/address-pool": pool} if pool else None,
+    )
 
 
 def as_list(*objects: dict[str, Any]) -> str:
@@ -338,6 +306,9 @@ class Results:
     l2_owner_v6: str | None = None  # answers NDP for the IPv6 address (elected separately)
     bgp_nexthops: list[str] = field(default_factory=list)
     source_kept: bool | None = None
+    # The policy experiment: what the backend saw, and each node's healthCheckNodePort answer.
+    source_seen: dict[str, str] = field(default_factory=dict)
+    health_codes: dict[str, int | None] = field(default_factory=dict)
     failover_s: float | None = None
     successor: str | None = None
     failures: list[str] = field(default_factory=list)
@@ -351,7 +322,6 @@ class Demo:
     keep: bool = False
     deployment: deploy.Deployment | None = None
     controller: subprocess.Popen[Any] | None = None
-    backends: deploy.Backends | None = None
     results: Results = field(default_factory=Results)
     _logs: list[IO[bytes]] = field(default_factory=list)
 
@@ -403,8 +373,7 @@ class Demo:
         return [str(e["ip"]) for e in entries if e.get("ip")]
 
     def request(self, vip: str) -> str | None:
-        out = self.lab.exec("client", "python3", "-c", REQUEST, vip, str(PORT), timeout=10)
-        return out.stdout.strip() or None
+        return objects.request(self.lab, vip, PORT)
 
     def request_until(self, vip: str, timeout: float = 15.0) -> str | None:
         return until(lambda: self.request(vip), timeout, every=0.2)
@@ -469,8 +438,6 @@ class Demo:
         )
         for i in range(1, self.lab.nodes + 1):
             deployment.start_speaker(i)
-        self.backends = deploy.Backends(self.lab)
-        self.backends.start()
         identity = (
             "the lab's admin (a kept lab outlives ServiceAccount tokens)"
             if self.keep
@@ -479,8 +446,8 @@ class Demo:
         c.say(
             f"controller in ilb-cp; speakers in ilb-node1..{self.lab.nodes} (membership on UDP "
             f"7946, encrypted); running as {identity}; logs in {deployment.log_dir}\n"
-            "kube-proxy stand-in: on each node an echo server that answers "
-            '"<node> <client address>", behind an nftables DNAT for the Service addresses'
+            f"underneath, as in a cluster: kube-proxy ({self.lab.proxy_mode} mode) on every "
+            "node, kube-controller-manager and kube-scheduler in ilb-cp"
         )
 
     def configure(self) -> None:
@@ -509,18 +476,21 @@ class Demo:
         )
         with contextlib.suppress(network_lab.LabError):
             self.kubectl("create", "namespace", NAMESPACE)
-        everywhere = range(1, self.lab.nodes + 1)
         self.kubectl(
             "apply",
             "-f",
             "-",
             input=as_list(
-                service(L2_SERVICE, dual=True),
-                endpoints(self.lab, L2_SERVICE, everywhere),
-                service(BGP_SERVICE, dual=False, pool=BGP_POOL),
-                endpoints(self.lab, BGP_SERVICE, BGP_ENDPOINT_NODES),
+                service(L2_SERVICE, dual=True), service(BGP_SERVICE, dual=False, pool=BGP_POOL)
             ),
         )
+        everywhere = range(1, self.lab.nodes + 1)
+        with c.progress("Pods Ready (a real readiness probe) and in the EndpointSlices"):
+            objects.set_backends(self.lab, NAMESPACE, L2_SERVICE, everywhere, wait=False)
+            objects.set_backends(self.lab, NAMESPACE, BGP_SERVICE, BGP_ENDPOINT_NODES, wait=False)
+            objects.wait_backends(self.lab, NAMESPACE, L2_SERVICE, everywhere)
+            objects.wait_backends(self.lab, NAMESPACE, BGP_SERVICE, BGP_ENDPOINT_NODES)
+        self.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide", show=True)
 
         def assigned() -> bool:
             return len(self.ingress(L2_SERVICE)) == 2 and len(self.ingress(BGP_SERVICE)) == 1
@@ -533,9 +503,6 @@ class Demo:
             notes = self.get("service", svc, "-n", NAMESPACE)["metadata"].get("annotations", {})
             pool = notes.get("metallb.io/ip-allocated-from-pool")
             c.say(f"{svc}: metallb.io/ip-allocated-from-pool = {pool}")
-        for vip in (*self.results.l2_addresses, *self.results.bgp_addresses):
-            assert self.backends is not None
-            self.backends.expose(vip, PORT)
         c.ok("assigned: " + ", ".join(self.results.l2_addresses + self.results.bgp_addresses))
 
     def show_layer2(self) -> None:
@@ -570,7 +537,7 @@ class Demo:
                 for s in statuses
             )
 
-        self.wait("the speaker's ServiceL2Status", reported, timeout=20)
+        self.wait("the speaker's ServiceL2Status", reported)
         self.kubectl("get", "servicel2statuses", "-n", MS, show=True)
 
     def show_bgp(self) -> None:
@@ -600,7 +567,7 @@ class Demo:
     def show_client(self) -> None:
         c = self.console
         c.step("A client request, routed by the ToR, keeps its source address")
-        c.say('the backend answers "<node> <address it saw the client connect from>"')
+        c.say('the backend Pod answers "<pod> <node> <address it saw the client connect from>"')
         client = str(network_lab.CLIENT_V4)
         kept = True
         for vip in (*self.results.l2_addresses, *self.results.bgp_addresses):
@@ -612,7 +579,7 @@ class Demo:
                 self.problem(f"no answer from {vip}:{PORT}")
                 kept = False
                 continue
-            node, seen = answer.split()[:2]
+            _, node, seen = answer.split()[:3]
             family_client = str(network_lab.CLIENT_V6) if ":" in vip else client
             same = ipaddress.ip_address(seen) == ipaddress.ip_address(family_client)
             kept = kept and same
@@ -621,6 +588,70 @@ class Demo:
             else:
                 self.problem(f"{vip}: the backend saw {seen}, not the client {family_client}")
         self.results.source_kept = kept
+
+    def policies(self) -> None:
+        """One Service switched between the two policies, seen from the client and the ToR."""
+        c, lab = self.console, self.lab
+        c.step("externalTrafficPolicy: Cluster, then Local, on one Service (real kube-proxy)")
+        if not self.results.bgp_nexthops:
+            self.problem("the BGP Service has no route; the policy experiment needs it")
+            return
+        vip = self.results.bgp_addresses[0]
+        with_pods = [lab.node_names[i - 1] for i in BGP_ENDPOINT_NODES]
+        c.say(
+            f"{NAMESPACE}/{BGP_SERVICE} has Pods on {' and '.join(with_pods)}; the client "
+            "connects to its address and to each node's NodePort; the ToR probes each node's "
+            "healthCheckNodePort, as a cloud load balancer does"
+        )
+        for policy in ("Cluster", "Local"):
+            self.kubectl(
+                "patch", "service", BGP_SERVICE, "-n", NAMESPACE, "--type=merge",
+                "-p", json.dumps({"spec": {"externalTrafficPolicy": policy}}), show=True,
+            )  # fmt: skip
+            announcing = range(1, lab.nodes + 1) if policy == "Cluster" else BGP_ENDPOINT_NODES
+            hops = sorted(str(lab.node_v4(i)) for i in announcing)
+            self.wait(f"the ToR to route {vip} via {', '.join(hops)}", self.routed(vip, hops))
+            c.ok(f"{policy}: the ToR routes {vip} via {len(hops)} node(s)")
+            spec = self.get("service", BGP_SERVICE, "-n", NAMESPACE)["spec"]
+            node_port = int(spec["ports"][0]["nodePort"])
+
+            def forwarding(
+                policy: str = policy, node_port: int = node_port
+            ) -> list[str | None] | None:
+                answers = objects.requests(
+                    lab,
+                    [(str(lab.node_v4(i)), node_port) for i in range(1, lab.nodes + 1)],
+                    timeout=1.0,
+                )
+                local = policy == "Local"
+                expected = [
+                    not local or lab.node_names[i] in with_pods for i in range(len(answers))
+                ]
+                return answers if [a is not None for a in answers] == expected else None
+
+            answers = self.wait(f"kube-proxy on every node to apply {policy}", forwarding)
+            for name, answer in zip(lab.node_names, answers, strict=True):
+                shown = f"answered by {answer.split()[0]}" if answer else "dropped (no answer)"
+                c.say(f"{name}:{node_port} (NodePort) -> {shown}")
+            answer = self.request_until(vip)
+            self.console.shell("ilb-client", ["connect", f"{vip}:{PORT}"], answer or "(none)")
+            if not answer:
+                self.problem(f"{policy}: no answer from {vip}:{PORT}")
+                continue
+            seen = answer.split()[2]
+            self.results.source_seen[policy] = seen
+            whose = "the client's own" if seen == str(network_lab.CLIENT_V4) else "a node's"
+            c.ok(f"{policy}: the backend saw {seen}, {whose} address")
+            if policy == "Local":
+                port = int(spec["healthCheckNodePort"])
+                urls = [f"http://{lab.node_v4(i)}:{port}/" for i in range(1, lab.nodes + 1)]
+                codes = lab.http_status(network_lab.NS_TOR, urls)
+                self.results.health_codes = dict(zip(lab.node_names, codes, strict=True))
+                for name, url, code in zip(lab.node_names, urls, codes, strict=True):
+                    c.say(f"[ilb-tor] GET {url} -> {code} ({name})")
+
+    def routed(self, vip: str, hops: list[str]) -> Callable[[], bool]:
+        return lambda: self.fib(f"{vip}/32") == hops
 
     def show_status(self) -> None:
         c = self.console
@@ -669,7 +700,7 @@ class Demo:
         )
         answer = self.request_until(v4)
         self.console.shell("ilb-client", ["connect", f"{v4}:{PORT}"], answer or "(no answer)")
-        if answer and answer.split()[0] == self.results.successor:
+        if answer and answer.split()[1] == self.results.successor:
             c.ok(f"the client's requests now reach {self.results.successor}")
         else:
             self.problem(f"after failover the client got {answer!r}")
@@ -717,6 +748,12 @@ class Demo:
         )
         kept = {None: "not checked", True: "kept", False: "NOT kept"}[r.source_kept]
         c.say(f"client source address: {kept}")
+        for policy in ("Cluster", "Local"):
+            c.say(f"source address ({policy}): {r.source_seen.get(policy, 'not measured')}")
+        codes = " ".join(
+            f"{name}={r.health_codes.get(name, 'none')}" for name in self.lab.node_names
+        )
+        c.say(f"healthCheckNodePort: {codes}")
         if r.failover_s is not None:
             c.say(
                 f"failover time: {r.failover_s:.3f} s "
@@ -747,6 +784,7 @@ class Demo:
             f"hack/lab exec tor -- {ROOT}/.venv/bin/ironlb status --kubeconfig "
             f"{self.lab.node_kubeconfig} --speaker-metrics {urls}\n"
             'hack/lab vtysh -c "show bgp summary"          # the ToR\n'
+            "ip netns exec ilb-node1 nft list table ip kube-proxy   # kube-proxy's rules\n"
             "hack/lab exec client -- curl -s --http0.9 "
             f"http://{(self.results.l2_addresses or ['10.250.0.200'])[0]}/   # a request\n"
             f"logs: {self.lab.directory / 'logs'}\n"
@@ -789,9 +827,7 @@ class Demo:
 
     def _clean_borrowed_lab(self) -> None:
         with contextlib.suppress(network_lab.LabError):
-            self.kubectl(
-                "delete", "services,endpointslices", "--all", "-n", NAMESPACE, "--wait=false"
-            )
+            self.kubectl("delete", "namespace", NAMESPACE, "--wait=false", "--ignore-not-found")
 
         def statuses_gone() -> bool:
             found = self.get(
@@ -800,12 +836,16 @@ class Demo:
             )  # fmt: skip
             return not found["items"]
 
+        def namespace_gone() -> bool:
+            found = self.kubectl("get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name")
+            return not found.strip()
+
+        # kube-controller-manager empties the namespace, the Pods' agents confirm their exit.
+        until(namespace_gone, STEP_TIMEOUT_S)
         if self.deployment is not None:
             # The speakers delete their own status objects once the Services are gone.
             until(statuses_gone, 10)
         self.stop_ironlb(signal.SIGTERM)
-        if self.backends is not None:
-            self.backends.stop()
         with contextlib.suppress(network_lab.LabError):
             self.kubectl(
                 "delete", "servicel2statuses,servicebgpstatuses", "-n", MS,
@@ -935,6 +975,7 @@ def play(demo: Demo, started: float) -> int:
         demo.show_layer2()
         demo.show_bgp()
         demo.show_client()
+        demo.policies()
         demo.show_status()
         demo.failover()
         finished = True

@@ -4,9 +4,8 @@ Every process is started through `lab.popen`, so `lab.down()` stops whatever a t
 left behind. Speakers find each other through the node LAN addresses (seeds) and encrypt their
 membership traffic with a key generated per lab. Logs go to `<lab>/logs/<name>.log`.
 
-A kube-proxy stand-in (`Backends`) makes Services reachable end to end: in each node namespace
-an nftables DNAT rule sends `VIP:port` to a local echo server that answers with the address it
-saw the client connect from, so a test can tell whether the client's source address was kept.
+Services are reachable end to end through the lab's own data plane: real kube-proxy in every
+node and Pods made with `hack/objects.set_backends`.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,9 +24,9 @@ from typing import IO, Any
 
 from hack import lab as network_lab
 from hack import tools
+from hack.objects import wait_until as wait_until  # benches wait through deploy
 
 ROOT = Path(__file__).resolve().parent.parent
-ECHO_PORT = 8080
 MEMBERSHIP_PORT = 7946
 
 
@@ -210,98 +208,3 @@ def cut_link(lab: network_lab.Lab, index: int) -> None:
 def restore_link(lab: network_lab.Lab, index: int) -> None:
     """Plug it back in."""
     lab.exec("tor", "ip", "link", "set", f"p-node{index}", "up", check=True)
-
-
-# --- the kube-proxy stand-in ---------------------------------------------------------------------
-
-ECHO_SERVER = """
-import socket, sys
-family = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
-s = socket.socket(family, socket.SOCK_STREAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], int(sys.argv[2])))
-s.listen(64)
-name = sys.argv[3]
-while True:
-    c, peer = s.accept()
-    with c:
-        c.sendall(f"{name} {peer[0]}\\n".encode())
-"""
-
-
-@dataclass
-class Backends:
-    """An echo server per node and DNAT rules for the VIPs, like kube-proxy would install."""
-
-    lab: network_lab.Lab
-    servers: list[subprocess.Popen[Any]] = field(default_factory=list)
-
-    def start(self) -> None:
-        for i in range(1, self.lab.nodes + 1):
-            ns = network_lab.node_namespace(i)
-            for address in (self.lab.node_v4(i), self.lab.node_v6(i)):
-                self.servers.append(
-                    self.lab.popen(
-                        ns,
-                        sys.executable,
-                        "-c",
-                        ECHO_SERVER,
-                        str(address),
-                        str(ECHO_PORT),
-                        self.lab.node_names[i - 1],
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                    )
-                )
-            rules = (
-                "add table inet ironlb-proxy\n"
-                "add chain inet ironlb-proxy prerouting "
-                "{ type nat hook prerouting priority dstnat; }\n"
-            )
-            self.lab.exec(ns, "nft", "-f", "-", input=rules, check=True)
-
-    def expose(self, vip: str, port: int) -> None:
-        """DNAT vip:port to each node's own echo server."""
-        for i in range(1, self.lab.nodes + 1):
-            family = "ip6" if ":" in vip else "ip"
-            target = self.lab.node_v6(i) if ":" in vip else self.lab.node_v4(i)
-            to = f"[{target}]:{ECHO_PORT}" if ":" in vip else f"{target}:{ECHO_PORT}"
-            self.lab.exec(
-                network_lab.node_namespace(i),
-                "nft",
-                "add",
-                "rule",
-                "inet",
-                "ironlb-proxy",
-                "prerouting",
-                family,
-                "daddr",
-                vip,
-                "tcp",
-                "dport",
-                str(port),
-                "dnat",
-                family,
-                "to",
-                to,
-                check=True,
-            )
-
-    def stop(self) -> None:
-        for server in self.servers:
-            _stop(server, signal.SIGTERM, timeout=3)
-        self.servers.clear()
-        for i in range(1, self.lab.nodes + 1):
-            self.lab.exec(network_lab.node_namespace(i), "nft", "flush", "ruleset")
-
-
-def wait_until(what: str, check: Any, timeout: float = 30.0, every: float = 0.05) -> Any:
-    """Poll `check()` until it returns something truthy; bounded in time."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")

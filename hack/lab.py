@@ -3,7 +3,7 @@
 Every end-to-end test, benchmark and the demo run against the same small data centre, so its
 shape and addresses are fixed here (and in docs/lab.md) rather than chosen by each user:
 
-    root ns --(10.253.0.0/30)-- ilb-cp (etcd + kube-apiserver)
+    root ns --(10.253.0.0/30)-- ilb-cp (etcd, kube-apiserver, kube-controller-manager, scheduler)
                                   | eth0
     ilb-node1..N eth0 --------- br0 in ilb-tor (FRR: zebra, bgpd, bfdd) --- ilb-client
                   LAN 10.250.0.0/24, fd00:250::/64        client link 10.251.0.0/24, fd00:251::/64
@@ -12,6 +12,12 @@ The ToR owns the LAN bridge itself (a ToR is a switch and a router), so a client
 VIP are routed by the ToR: it resolves L2 VIPs with ARP/NDP on br0 and reaches BGP VIPs through
 the routes the nodes announce. Nodes behave like kube-proxy with strictARP: their kernels never
 answer ARP for addresses on other interfaces, so only the speaker answers for a VIP.
+
+Each node runs a real kube-proxy (nftables mode, or iptables) and `hack/podagent`, which plays
+the kubelet for the Pods bound to it: each Pod is a process in a network namespace of its own
+(`ilb-pod-*`) on the node's bridge `cbr0`, with addresses from the node's podCIDRs. So a
+Service's EndpointSlices come from kube-controller-manager, readiness from a real probe, and a
+VIP's traffic reaches Pods through kube-proxy's rules, as in a cluster.
 
 `up` is all-or-nothing (any failure removes everything it made and raises one line);
 `down` removes every `ilb-*` namespace, veth and process in them, and is idempotent.
@@ -48,6 +54,8 @@ CRDS = ROOT / "crds"
 FRR_TEMPLATE = Path(__file__).resolve().parent / "frr" / "tor.conf"
 DEFAULT_DIR = local_cluster.CACHE / "lab"
 MARKER = "lab.json"
+POD_BRIDGE = "cbr0"
+NODE_CAPACITY = {"cpu": "4", "memory": "8Gi", "pods": "110"}
 
 # --- the addressing plan (others rely on it; docs/lab.md repeats it) -----------------------------
 
@@ -85,6 +93,13 @@ L2_POOL_V6 = (ipaddress.IPv6Address("fd00:250::200"), ipaddress.IPv6Address("fd0
 BGP_POOL_V4 = ipaddress.IPv4Network("10.252.0.0/24")
 BGP_POOL_V6 = ipaddress.IPv6Network("fd00:252::/120")
 
+# Pods: node i owns 10.244.i.0/24 and fd00:244:0:i::/64 behind its bridge `cbr0`, and every node
+# routes the other nodes' podCIDRs through their LAN addresses (a host-gateway network).
+CLUSTER_CIDR_V4 = ipaddress.IPv4Network("10.244.0.0/16")
+CLUSTER_CIDR_V6 = ipaddress.IPv6Network("fd00:244::/56")
+KUBE_PROXY_HEALTHZ_PORT = 10256
+PROXY_MODES = ("nftables", "iptables")
+
 TOR_ASN = 64500
 TOR_ROUTER_ID = TOR_LAN_V4
 
@@ -93,11 +108,15 @@ CP_MAC = "02:00:0a:fa:00:02"
 TOR_CLIENT_MAC = "02:00:0a:fb:00:01"
 CLIENT_MAC = "02:00:0a:fb:00:02"
 
-REQUIRED_TOOLS = ("ip", "sysctl", "ss", "arping", "ndisc6", "tcpdump", "ping", "vtysh")
+REQUIRED_TOOLS = (
+    "ip", "sysctl", "ss", "arping", "ndisc6", "tcpdump", "ping", "vtysh", "nft", "nsenter",
+)  # fmt: skip
 FRR_DAEMONS = ("zebra", "bgpd", "bfdd")
 FRR_BIN = Path("/usr/lib/frr")
 STOP_TIMEOUT_S = 5.0
 READY_TIMEOUT_S = 20.0
+# kube-proxy's first sync takes 0.5 s on an idle machine; a machine busy compiling is slower.
+KUBE_PROXY_READY_TIMEOUT_S = 90.0
 
 
 class LabError(Exception):
@@ -134,6 +153,22 @@ def node_v6(index: int) -> ipaddress.IPv6Address:
 
 def node_mac(index: int) -> str:
     return f"02:00:0a:fa:00:{10 + index:02x}"
+
+
+def pod_cidr_v4(index: int) -> ipaddress.IPv4Network:
+    return ipaddress.IPv4Network(f"10.244.{index}.0/24")
+
+
+def pod_cidr_v6(index: int) -> ipaddress.IPv6Network:
+    return ipaddress.IPv6Network(f"fd00:244:0:{index:x}::/64")
+
+
+def pod_gateway_v4(index: int) -> ipaddress.IPv4Address:
+    return pod_cidr_v4(index).network_address + 1
+
+
+def pod_gateway_v6(index: int) -> ipaddress.IPv6Address:
+    return pod_cidr_v6(index).network_address + 1
 
 
 def namespace(name: str) -> str:
@@ -209,6 +244,17 @@ def _stop(pids: Sequence[int], timeout: float = STOP_TIMEOUT_S) -> list[int]:
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
     return [p for p in pids if _alive(p)]
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    for line in reversed(lines):
+        if line.strip():
+            return line.strip()[:300]
+    return "(empty log)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,11 +351,14 @@ class Lab:
 
     nodes: int = 3
     directory: Path = DEFAULT_DIR
+    proxy_mode: str = "nftables"
 
     def __post_init__(self) -> None:
         self.directory = Path(self.directory).resolve()
         if not 1 <= self.nodes <= MAX_NODES:
             raise LabError(f"--nodes must be between 1 and {MAX_NODES}, not {self.nodes}")
+        if self.proxy_mode not in PROXY_MODES:
+            raise LabError(f"--proxy-mode must be one of {', '.join(PROXY_MODES)}")
 
     # names and addresses -------------------------------------------------------------------------
 
@@ -407,6 +456,23 @@ class Lab:
         kwargs.setdefault("stdin", subprocess.DEVNULL)
         return subprocess.Popen(self.argv(ns, *argv), **kwargs)
 
+    def http_status(self, ns: str, urls: Sequence[str], timeout: float = 1.0) -> list[int | None]:
+        """HTTP status codes of GETs from inside namespace `ns`, one process for all of them
+        (None: no answer within `timeout`)."""
+        result = self.exec(
+            ns,
+            sys.executable,
+            "-m",
+            "hack.httpcheck",
+            f"--timeout={timeout}",
+            *urls,
+            env={"PYTHONPATH": str(ROOT)},
+            check=True,
+            timeout=30 + timeout * len(urls),
+        )
+        codes: list[int | None] = json.loads(result.stdout)
+        return codes
+
     def vtysh(self, *commands: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """vtysh on the ToR; each argument is one `-c` command."""
         args = ["vtysh", "--vty_socket", str(self.frr_directory)]
@@ -419,7 +485,8 @@ class Lab:
     def check_prerequisites(self) -> None:
         if os.geteuid() != 0:
             raise LabError("the lab needs root (network namespaces, raw sockets): run as root")
-        missing = [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
+        tools = [*REQUIRED_TOOLS, *(["iptables"] if self.proxy_mode == "iptables" else [])]
+        missing = [t for t in tools if shutil.which(t) is None]
         missing += [str(FRR_BIN / d) for d in FRR_DAEMONS if not (FRR_BIN / d).exists()]
         if missing:
             raise LabError(
@@ -453,15 +520,29 @@ class Lab:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             (self.directory / MARKER).write_text(
-                json.dumps({"nodes": self.nodes, "frr": str(self.frr_directory)}) + "\n"
+                json.dumps(
+                    {
+                        "nodes": self.nodes,
+                        "frr": str(self.frr_directory),
+                        "proxy_mode": self.proxy_mode,
+                    }
+                )
+                + "\n"
             )
             self._make_namespaces()
             self._make_links()
             self._start_frr()
-            self.cluster.up()
+            try:
+                self.cluster.up()
+            except local_cluster.ClusterError as e:
+                raise LabError(str(e)) from e
             self._write_node_kubeconfig()
             self._prepare_cluster()
+            for i in range(1, self.nodes + 1):
+                self.start_kube_proxy(i)
+                self._start_pod_agent(i)
             self._wait_frr()
+            self.wait_kube_proxies()
         except BaseException:
             with contextlib.suppress(Exception):
                 self.down()
@@ -482,6 +563,8 @@ class Lab:
         per_ns = {ns: list(common) for ns in self.namespaces}
         per_ns[NS_TOR] += ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]
         for ns in self.node_namespaces:
+            # Nodes route: kube-proxy sends a VIP's traffic on to Pods, here or on another node.
+            per_ns[ns] += ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]
             # What kube-proxy's strictARP asks of a node: the kernel answers ARP only for
             # addresses on the receiving interface and picks a source on that interface.
             per_ns[ns] += [
@@ -559,6 +642,8 @@ class Lab:
             ]
             if ns == NS_CP:
                 commands += ["link set eth-host up", f"addr add {CP_HOST_V4}/30 dev eth-host"]
+            if ns in self.node_namespaces:
+                commands += self._pod_network(self.node_namespaces.index(ns) + 1)
             _ip_batch(commands, ns, f"configuring {ns}")
 
     def repair_nodes(self) -> None:
@@ -580,6 +665,157 @@ class Lab:
                 f"repairing {node_namespace(i)}",
             )
             self.exec(NS_TOR, "ip", "link", "set", f"p-node{i}", "up", check=True)
+
+    def _pod_network(self, index: int) -> list[str]:
+        """`ip` commands for node `index`: its Pod bridge, and routes to the other nodes' Pods."""
+        commands = [
+            f"link add {POD_BRIDGE} type bridge",
+            f"addr add {pod_gateway_v4(index)}/{pod_cidr_v4(index).prefixlen} dev {POD_BRIDGE}",
+            f"addr add {pod_gateway_v6(index)}/{pod_cidr_v6(index).prefixlen} dev {POD_BRIDGE}"
+            " nodad",
+            f"link set {POD_BRIDGE} up",
+        ]
+        for other in range(1, self.nodes + 1):
+            if other != index:
+                commands += [
+                    f"route add {pod_cidr_v4(other)} via {node_v4(other)}",
+                    f"route add {pod_cidr_v6(other)} via {node_v6(other)}",
+                ]
+        return commands
+
+    # node components -----------------------------------------------------------------------------
+
+    @property
+    def log_dir(self) -> Path:
+        path = self.directory / "logs"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _node_dir(self, index: int) -> Path:
+        path = self.directory / node_name(index)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def kube_proxy_config(self, index: int) -> dict[str, Any]:
+        """kube-proxy's whole configuration: with `--config` it ignores every other flag but
+        logging and --hostname-override, so nothing is left to flags."""
+        return {
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+            "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(self.node_kubeconfig)},
+            "hostnameOverride": node_name(index),
+            "mode": self.proxy_mode,
+            "clusterCIDR": f"{CLUSTER_CIDR_V4},{CLUSTER_CIDR_V6}",
+            "healthzBindAddress": f"0.0.0.0:{KUBE_PROXY_HEALTHZ_PORT}",
+            "metricsBindAddress": "127.0.0.1:10249",
+            # NodePorts (and healthCheckNodePorts) on the node's own addresses only: no
+            # 127.0.0.1 NodePorts, so kube-proxy never sets route_localnet.
+            "nodePortAddresses": ["primary"],
+            # Zero sizing: otherwise kube-proxy writes nf_conntrack_max and the machine-wide
+            # nf_conntrack hashsize, which a lab must not touch.
+            "conntrack": {
+                "maxPerCore": 0,
+                "min": 0,
+                "tcpEstablishedTimeout": "0s",
+                "tcpCloseWaitTimeout": "0s",
+            },
+            "iptables": {"minSyncPeriod": "0s"},
+            "nftables": {"minSyncPeriod": "0s"},
+        }
+
+    def kube_proxy_pid(self, index: int) -> int | None:
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((self._node_dir(index) / "kube-proxy.pid").read_text())
+            if _alive(pid):
+                return pid
+        return None
+
+    def start_kube_proxy(self, index: int) -> int:
+        """Start (or restart after `stop_kube_proxy`) kube-proxy in node `index`."""
+        if self.kube_proxy_pid(index) is not None:
+            raise LabError(f"kube-proxy already runs in {node_namespace(index)}")
+        config = self._node_dir(index) / "kube-proxy.yaml"
+        config.write_text(json.dumps(self.kube_proxy_config(index), indent=2))
+        with open(self.log_dir / f"kube-proxy-{node_name(index)}.log", "ab") as out:
+            process = self.popen(
+                node_namespace(index),
+                str(local_cluster.binary("kube-proxy")),
+                f"--config={config}",
+                f"--hostname-override={node_name(index)}",
+                "--v=2",
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        (self._node_dir(index) / "kube-proxy.pid").write_text(str(process.pid))
+        return process.pid
+
+    def stop_kube_proxy(self, index: int, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Stop node `index`'s kube-proxy; its rules stay in the kernel, as after a crash."""
+        pid = self.kube_proxy_pid(index)
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        if _stop([pid]):
+            raise LabError(f"kube-proxy in {node_namespace(index)} (pid {pid}) does not stop")
+
+    def kube_proxy_healthz(self, indexes: Sequence[int] | None = None) -> dict[int, int | None]:
+        """Each node's kube-proxy /healthz status code as the ToR sees it (None: no answer)."""
+        indexes = list(indexes or range(1, self.nodes + 1))
+        urls = [f"http://{node_v4(i)}:{KUBE_PROXY_HEALTHZ_PORT}/healthz" for i in indexes]
+        codes = self.http_status(NS_TOR, urls)
+        return dict(zip(indexes, codes, strict=True))
+
+    def wait_kube_proxies(self, timeout: float = KUBE_PROXY_READY_TIMEOUT_S) -> None:
+        """Until every node's kube-proxy says healthy (it has synced its rules once)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            codes = self.kube_proxy_healthz()
+            if all(code == 200 for code in codes.values()):
+                return
+            for i in codes:
+                if self.kube_proxy_pid(i) is None:
+                    raise LabError(
+                        f"kube-proxy in {node_namespace(i)} exited during start-up: "
+                        f"{_last_line(self.log_dir / f'kube-proxy-{node_name(i)}.log')}"
+                    )
+            if time.monotonic() > deadline:
+                bad = [i for i, code in codes.items() if code != 200]
+                raise LabError(
+                    f"kube-proxy in {', '.join(node_namespace(i) for i in bad)} not healthy "
+                    f"after {timeout:.0f} s: "
+                    f"{_last_line(self.log_dir / f'kube-proxy-{node_name(bad[0])}.log')}"
+                )
+            time.sleep(0.2)
+
+    def _start_pod_agent(self, index: int) -> None:
+        # nsenter, not `ip netns exec`: that one also gives the process a mount namespace of
+        # its own, and the Pods' network namespaces the agent mounts in /run/netns would then
+        # be invisible to everyone else (tests signalling a Pod, `down` removing them).
+        with open(self.log_dir / f"podagent-{node_name(index)}.log", "ab") as out:
+            subprocess.Popen(
+                [
+                    "nsenter",
+                    f"--net=/run/netns/{node_namespace(index)}",
+                    "env",
+                    f"PYTHONPATH={ROOT}",
+                    sys.executable,
+                    "-m",
+                    "hack.podagent",
+                    f"--node={node_name(index)}",
+                    f"--kubeconfig={self.node_kubeconfig}",
+                    f"--state={self._node_dir(index) / 'pods'}",
+                    f"--pod-cidr={pod_cidr_v4(index)}",
+                    f"--pod-cidr={pod_cidr_v6(index)}",
+                    f"--host-ip={node_v4(index)}",
+                    f"--host-ip={node_v6(index)}",
+                ],
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def _start_frr(self) -> None:
         frr = self.frr_directory
@@ -665,6 +901,10 @@ class Lab:
                             "kubernetes.io/os": "linux",
                         },
                     },
+                    "spec": {
+                        "podCIDR": str(pod_cidr_v4(i)),
+                        "podCIDRs": [str(pod_cidr_v4(i)), str(pod_cidr_v6(i))],
+                    },
                 }
                 for i in range(1, self.nodes + 1)
             ),
@@ -690,11 +930,14 @@ class Lab:
                         "type": "Ready",
                         "status": "True",
                         "reason": "KubeletReady",
-                        "message": "lab node (no kubelet: nothing updates this)",
+                        "message": "lab node (its Pods run under hack/podagent, no kubelet)",
                         "lastHeartbeatTime": now,
                         "lastTransitionTime": now,
                     }
                 ],
+                # What the scheduler fits Pods into.
+                "capacity": NODE_CAPACITY,
+                "allocatable": NODE_CAPACITY,
             }
             # A merge patch, not server-side apply: SSA keys node addresses by type, which
             # rejects the two InternalIPs of a dual-stack node.
@@ -707,6 +950,18 @@ class Lab:
                     "--type=merge",
                     "-p",
                     json.dumps({"status": status}),
+                )
+            )
+            # The apiserver taints a new Node not-ready until a node lifecycle controller sees
+            # its kubelet; the lab's nodes have no kubelet, and are ready as soon as they exist.
+            patches.append(
+                self._kubectl_start(
+                    "patch",
+                    "node",
+                    node_name(i),
+                    "--type=merge",
+                    "-p",
+                    json.dumps({"spec": {"taints": None}}),
                 )
             )
         _finish([*crds, *patches])
@@ -853,6 +1108,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", parents=[common], help="create namespaces, FRR, control plane")
     up.add_argument("--nodes", type=int, default=3, help="number of node namespaces")
+    up.add_argument(
+        "--proxy-mode", choices=PROXY_MODES, default="nftables", help="kube-proxy's mode"
+    )
     down = sub.add_parser("down", parents=[common], help="remove every ilb-* namespace, veth...")
     down.add_argument("--force", action="store_true", help="even while a test session uses it")
     sub.add_parser("env", parents=[common], help="print `export KUBECONFIG=...` for the host")
@@ -869,7 +1127,7 @@ def main(argv: list[str] | None = None) -> int:
     directory = getattr(args, "dir", DEFAULT_DIR)
     try:
         if args.command == "up":
-            lab = Lab(nodes=args.nodes, directory=directory)
+            lab = Lab(nodes=args.nodes, directory=directory, proxy_mode=args.proxy_mode)
             started = time.monotonic()
             with exclusive(timeout=0):
                 lab.up()

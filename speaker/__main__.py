@@ -11,17 +11,11 @@ import argparse
 import asyncio
 import logging
 import os
-import socket
 import sys
-from pathlib import Path
 
-from ironlb_io import logs
-from speaker import agent, appliers
+from ironlb_io import kube, logs
+from speaker import agent, appliers, joining, seeds
 from speaker.membership import config as membership_config
-from speaker.membership import messages as membership_messages
-from speaker.membership import metrics as membership_metrics
-from speaker.membership import node as membership
-from speaker.membership import threaded as membership_threaded
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -68,46 +62,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-REJOIN_EVERY_S = 60.0
+def _report_failure(task: asyncio.Future[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logging.getLogger(__name__).error(
+            "membership failed; liveness from Node Ready", exc_info=task.exception()
+        )
 
 
-def resolve_seeds(text: str, port: int) -> list[membership_messages.Address]:
-    """Every address behind every seed: a headless Service name resolves to all speakers."""
-    seeds: dict[membership_messages.Address, None] = {}
-    for entry in (e.strip() for e in text.split(",")):
-        if not entry:
-            continue
-        first = membership.parse_address(entry, port)
-        host = entry.rsplit(":", 1)[0].strip("[]") if entry.count(":") == 1 else entry
-        try:
-            infos = socket.getaddrinfo(host, first.port, type=socket.SOCK_DGRAM)
-        except OSError:
-            infos = []
-        for info in infos:
-            seeds[membership_messages.Address(str(info[4][0]), first.port)] = None
-        seeds.setdefault(first, None)
-    return list(seeds)
+def membership_settings(args: argparse.Namespace) -> joining.Settings:
+    """What membership needs, checked for what no retry can fix (ValueError)."""
+    seeds.split(args.ml_bind_addr, args.ml_bind_port)
+    return joining.Settings(
+        name=args.node_name,
+        bind=args.ml_bind_addr,
+        port=args.ml_bind_port,
+        seeds=tuple(seeds.parse(args.ml_seeds, args.ml_bind_port)),
+        key_dir=args.ml_secret_key_path,
+        config=membership_config.PROFILES[args.ml_profile],
+    )
 
 
-async def _rejoin_forever(member: membership_threaded.ThreadedNode, text: str, port: int) -> None:
-    """Seeds change as speakers come and go; look them up again now and then."""
-    while True:
-        await asyncio.sleep(REJOIN_EVERY_S)
-        try:
-            member.join(await asyncio.to_thread(resolve_seeds, text, port))
-        except (OSError, ValueError) as e:
-            logging.getLogger(__name__).warning(
-                "could not resolve membership seeds", extra={"error": str(e)}
-            )
-
-
-def _keyring_files(directory: str) -> list[str]:
-    if not directory:
-        return []
-    return sorted(str(p) for p in Path(directory).iterdir() if p.is_file())
-
-
-async def _run(args: argparse.Namespace) -> int:
+async def _run(args: argparse.Namespace, settings: joining.Settings | None) -> int:
     options = agent.Options(
         node_name=args.node_name,
         namespace=args.namespace,
@@ -117,31 +92,23 @@ async def _run(args: argparse.Namespace) -> int:
         ignore_exclude_lb=args.ignore_exclude_lb,
         log_level=args.log_level,
     )
-    member: membership_threaded.ThreadedNode | None = None
-    if args.ml_bind_addr:
-        config = membership_config.PROFILES[args.ml_profile]
-        seeds = resolve_seeds(args.ml_seeds, args.ml_bind_port)
-        files = _keyring_files(args.ml_secret_key_path)
-        node = membership.Node(
-            args.node_name,
-            membership.parse_address(args.ml_bind_addr, args.ml_bind_port),
-            seeds=seeds,
-            keyring=membership.load_keyring(files) if files else None,
-            config=config,
-        )
-        membership_metrics.register(node, agent.REGISTRY)
-        member = membership_threaded.ThreadedNode(node)
-        await member.start()
+    member = None if settings is None else joining.Membership(settings, agent.REGISTRY)
+    joined = None if member is None else asyncio.ensure_future(member.run())
+    if joined is not None:
+        joined.add_done_callback(_report_failure)
     layer2 = None if args.no_layer2 else await appliers.layer2(agent.REGISTRY)
     bgp = None if args.no_bgp else appliers.bgp(args.node_name, agent.REGISTRY)
-    rejoining = None
-    if member is not None and args.ml_seeds:
-        rejoining = asyncio.ensure_future(_rejoin_forever(member, args.ml_seeds, args.ml_bind_port))
     try:
-        return await agent.run(options, layer2=layer2, bgp=bgp, membership=member)
+        return await agent.run(
+            options,
+            layer2=layer2,
+            bgp=bgp,
+            membership=member,
+            not_ready=member.reasons if member is not None else tuple,
+        )
     finally:
-        if rejoining is not None:
-            rejoining.cancel()
+        if joined is not None:
+            joined.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,8 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.node_name:
         print("error: --node-name (or NODE_NAME) is required", file=sys.stderr)
         return 2
+    try:
+        settings = membership_settings(args) if args.ml_bind_addr else None
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     logs.configure_logging(args.log_level)
-    return asyncio.run(_run(args))
+    try:
+        return asyncio.run(_run(args, settings))
+    except kube.ConfigError as e:
+        print(f"ironlb-speaker: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

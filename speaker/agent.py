@@ -28,16 +28,16 @@ import logging
 import secrets as random_names
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import prometheus_client
 
-from ironlb import addresses, events, model, services
+from ironlb import addresses, backoff, events, model, services
 from ironlb.problems import Problem
 from ironlb_io import kube, watching
-from speaker import desired, snapshot, status
+from speaker import desired, health, snapshot, status
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class BGP(Protocol):
 class Membership(Protocol):
     changed: asyncio.Event
 
-    def members(self) -> frozenset[str]: ...
+    def members(self) -> frozenset[str] | None: ...  # None: Node Ready decides
 
     async def leave(self) -> None: ...
 
@@ -507,6 +507,7 @@ async def run(
     layer2: Layer2 | None = None,
     bgp: BGP | None = None,
     membership: Membership | None = None,
+    not_ready: Callable[[], Sequence[str]] = tuple,
 ) -> int:
     credentials = kube.load(options.kubeconfig)
     client = kube.Client(
@@ -519,13 +520,22 @@ async def run(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if options.metrics_port:
-        prometheus_client.start_http_server(options.metrics_port, registry=REGISTRY)
+    listing = ["loading"]  # what the first LIST is waiting for; read by the HTTP thread
+
+    def reasons() -> list[str]:
+        return [*([] if agent.ready.is_set() else listing), *not_ready()]
+
+    server = (
+        health.Server(options.metrics_port, REGISTRY, reasons) if options.metrics_port else None
+    )
     log.info("ironlb speaker starting", extra={"node": options.node_name})
     tasks: list[asyncio.Future[Any]] = []
     watcher: kube.Client | None = None
+    stopping = asyncio.ensure_future(stop.wait())
     try:
-        versions = await agent.load()
+        versions = await _load(agent, stopping, listing)
+        if versions is None:
+            return 0
         # What was just loaded lives as long as the process: keep the cyclic collector from
         # walking 10,000 Services' worth of objects again on every full collection.
         gc.collect()
@@ -544,7 +554,6 @@ async def run(
                     watching.follow(watcher, source, version, agent.observe, agent.relisted)
                 )
             )
-        stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait([stopping, *tasks], return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             if task.done() and not task.cancelled() and task.exception() is not None:
@@ -558,6 +567,40 @@ async def run(
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+        stopping.cancel()
         await client.close()
         if watcher is not None:
             await watcher.close()
+        if server is not None:
+            server.close()
+
+
+async def _load(
+    agent: Agent, stopping: asyncio.Future[Any], listing: list[str]
+) -> dict[watching.Source, str] | None:
+    """The first LIST of everything, retried with backoff while the apiserver cannot answer
+    (not there yet, or our RBAC not yet bound); None when told to stop meanwhile."""
+    wait = backoff.Backoff()
+    logged = ""
+    while True:
+        try:
+            versions = await agent.load()
+        except kube.ApiError as e:
+            listing[:] = ["apiserver_unreachable" if e.status == 0 else "apiserver_refused"]
+            delay = wait.next()
+            if f"{e.status} {e.reason}" != logged:
+                logged = f"{e.status} {e.reason}"
+                log.warning(
+                    "cannot list the cluster state; retrying",
+                    extra={"error": str(e), "retry_s": round(delay, 1)},
+                )
+            sleeping = asyncio.ensure_future(asyncio.sleep(delay))
+            await asyncio.wait([sleeping, stopping], return_when=asyncio.FIRST_COMPLETED)
+            sleeping.cancel()
+            if stopping.done():
+                return None
+            continue
+        if logged:
+            log.info("cluster state listed")
+        listing[:] = ["loading"]
+        return versions

@@ -24,6 +24,7 @@ from hack import cluster as local_cluster
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / "crds"
 METALLB_NAMESPACE = "metallb-system"
+NAMESPACE_EMPTY_TIMEOUT_S = 60.0
 
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -133,20 +134,22 @@ def test_namespace(
     try:
         yield name
     finally:
-        # Nothing here deletes a namespace's contents (no namespace controller), so Services
-        # would outlive their test and, pending, take addresses from later tests' pools.
-        for svc in core.list_namespaced_service(name).items:
-            try:
-                core.delete_namespaced_service(svc.metadata.name, name)
-            except kubernetes.client.ApiException as e:
-                if e.status != 404:
-                    raise
-        # The namespace itself then stays Terminating; that is harmless.
+        # kube-controller-manager's namespace controller deletes what the namespace holds. Its
+        # Services go first, and a later test must not see them still holding addresses, so
+        # the fixture waits for those (not for the whole namespace: that takes seconds).
         try:
             core.delete_namespace(name)
         except kubernetes.client.ApiException as e:
             if e.status != 404:
                 raise
+        deadline = time.monotonic() + NAMESPACE_EMPTY_TIMEOUT_S
+        while core.list_namespaced_service(name).items:
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"namespace {name}: Services still there {NAMESPACE_EMPTY_TIMEOUT_S:.0f} s "
+                    "after its deletion (is kube-controller-manager running?)"
+                )
+            time.sleep(0.05)
 
 
 def api_object(kind: str, name: str, **spec: Any) -> dict[str, Any]:

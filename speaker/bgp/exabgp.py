@@ -177,6 +177,11 @@ class Process:
             listener.bind(str(sock_path))
             listener.listen(1)
             listener.setblocking(False)
+            if shutil.which(self.options.exabgp) is None:
+                # Retried by the session's runner with backoff, like any failed start.
+                raise ExaBGPError(
+                    f"ExaBGP executable {self.options.exabgp!r} not found or not executable"
+                )
             self._proc = await asyncio.create_subprocess_exec(
                 self.options.exabgp,
                 "server",

@@ -134,6 +134,7 @@ class _Runner:
 
     async def _run(self) -> None:
         delay = FIRST_RESTART_DELAY
+        logged = ""  # the same failure again and again is logged once, then at debug level
         while not self._closing:
             self._went_up = False
             process = self.owner.process_factory(self.peer, self.owner.options, self._on_event)
@@ -147,7 +148,6 @@ class _Runner:
                     self._set_bgp("connecting", "")
                 await self._serve(process)
             except (exabgp.ExaBGPError, OSError, ValueError) as e:
-                log.warning("bgp %s: %s", self.peer.name, e)
                 self.reason = str(e)
             finally:
                 await process.kill()
@@ -159,7 +159,10 @@ class _Runner:
             self._set_bgp("idle", self.reason)
             if self._went_up:
                 delay = FIRST_RESTART_DELAY
-            log.warning("bgp %s: restarting ExaBGP in %.1fs", self.peer.name, delay)
+                logged = ""
+            level = logging.DEBUG if self.reason == logged else logging.WARNING
+            logged = self.reason
+            log.log(level, "bgp %s: %s; restarting ExaBGP in %.1fs", self.peer.name, logged, delay)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wait_closing(), delay)
             delay = min(delay * 2, MAX_RESTART_DELAY)

@@ -175,7 +175,10 @@ class Layer2Announcer:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self.rescan()
+        try:
+            self.rescan()
+        except OSError as e:  # tried again at every periodic scan
+            logger.warning("layer2: interface scan failed: %s (retrying)", e)
         self._scan_timer = self._loop.call_later(self._scan_interval, self._periodic_scan)
 
     async def close(self) -> None:

@@ -38,7 +38,13 @@ class ThreadedNode:
             await self.node.start()
             self._relay = asyncio.ensure_future(relay())
 
-        await self._thread.call(begin())
+        try:
+            await self._thread.call(begin())
+        except BaseException:
+            # e.g. the address cannot be bound yet: no thread left behind for the next attempt.
+            self._thread.stop()
+            self._thread = None
+            raise
 
     def _loop_thread(self) -> loop_thread.LoopThread:
         if self._thread is None:

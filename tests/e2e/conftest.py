@@ -8,7 +8,9 @@ applied by the lab itself.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -20,6 +22,7 @@ from types import FrameType
 import pytest
 
 from hack import lab as network_lab
+from hack import objects
 
 NODES = 3
 
@@ -78,3 +81,14 @@ def healthy_nodes(request: pytest.FixtureRequest) -> None:
     """Every e2e test starts with the lab's nodes wired as `up` made them."""
     if "lab" in request.fixturenames:
         request.getfixturevalue("lab").repair_nodes()
+
+
+@pytest.fixture
+def app_namespace(lab: network_lab.Lab, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace named after the test (unique for parametrized variants), deleted afterwards
+    with all it holds by kube-controller-manager, as in a cluster."""
+    module = request.node.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")[:12]
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:30].strip("-")
+    digest = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:6]
+    with objects.namespace(lab, f"{module}-{slug}-{digest}".replace("_", "-")) as name:
+        yield name

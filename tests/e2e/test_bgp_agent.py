@@ -9,9 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from hack import deploy
+from hack import deploy, objects
 from hack import lab as network_lab
-from tests.e2e import objects
 
 pytestmark = pytest.mark.e2e
 
@@ -79,11 +78,6 @@ def deployment(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
     lab.kubectl("delete", "bgppeer", "tor", "-n", NS)
 
 
-@pytest.fixture
-def app_namespace(lab: network_lab.Lab, request: pytest.FixtureRequest) -> Iterator[str]:
-    yield from objects.namespace_for(lab, request, "bgp")
-
-
 def nexthops_of(lab: network_lab.Lab, nodes: list[int], v6: bool = False) -> set[str]:
     return {str(lab.node_v6(i) if v6 else lab.node_v4(i)) for i in nodes}
 
@@ -92,17 +86,17 @@ def test_cluster_policy_gives_ecmp_over_every_node(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
 ) -> None:
     objects.create_service(lab, app_namespace, "web", dual=True, annotations=FROM_BGP_POOL)
-    objects.set_endpoints(lab, app_namespace, "web", [1])
+    objects.set_backends(lab, app_namespace, "web", [1])
     v4, v6 = sorted(objects.ingress(lab, app_namespace, "web", 2), key=lambda a: ":" in a)
     everyone = [1, 2, 3]
-    deploy.wait_until(
+    objects.wait_until(
         "ECMP over all three nodes", lambda: fib(lab, f"{v4}/32") == nexthops_of(lab, everyone)
     )
     path = json.loads(lab.vtysh(f"show bgp ipv4 unicast {v4}/32 json").stdout)["paths"][0]
     # The alias resolved to 65535:65281, which FRR prints by its well-known name.
     assert path["community"]["string"].split() == ["64512:100", "no-export"]
     assert path["largeCommunity"]["string"] == "64512:1:2"
-    deploy.wait_until(
+    objects.wait_until(
         "a ServiceBGPStatus from every node",
         lambda: (
             objects.status_nodes(lab, "servicebgpstatuses", app_namespace) == set(lab.node_names)
@@ -119,14 +113,14 @@ def test_local_policy_follows_the_endpoints(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
 ) -> None:
     objects.create_service(lab, app_namespace, "local", local=True, annotations=FROM_BGP_POOL)
-    objects.set_endpoints(lab, app_namespace, "local", [2])
+    objects.set_backends(lab, app_namespace, "local", [2])
     (vip,) = objects.ingress(lab, app_namespace, "local", 1)
     prefix = f"{vip}/32"
-    deploy.wait_until("node2 alone", lambda: fib(lab, prefix) == nexthops_of(lab, [2]))
-    objects.set_endpoints(lab, app_namespace, "local", [1, 3])
-    deploy.wait_until("nodes 1 and 3", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 3]))
-    objects.set_endpoints(lab, app_namespace, "local", [])
-    deploy.wait_until("the route to go", lambda: fib(lab, prefix) == set())
+    objects.wait_until("node2 alone", lambda: fib(lab, prefix) == nexthops_of(lab, [2]))
+    objects.set_backends(lab, app_namespace, "local", [1, 3])
+    objects.wait_until("nodes 1 and 3", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 3]))
+    objects.set_backends(lab, app_namespace, "local", [])
+    objects.wait_until("the route to go", lambda: fib(lab, prefix) == set())
 
 
 @pytest.mark.parametrize("how", ["sigkill", "sigterm"])
@@ -134,14 +128,14 @@ def test_a_lost_speaker_leaves_the_ecmp_set(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str, how: str
 ) -> None:
     objects.create_service(lab, app_namespace, "web", annotations=FROM_BGP_POOL)
-    objects.set_endpoints(lab, app_namespace, "web", [1, 2, 3])
+    objects.set_backends(lab, app_namespace, "web", [1, 2, 3])
     (vip,) = objects.ingress(lab, app_namespace, "web", 1)
     prefix = f"{vip}/32"
-    deploy.wait_until("three nexthops", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 2, 3]))
+    objects.wait_until("three nexthops", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 2, 3]))
     try:
         deployment.signal_speaker(3, signal.SIGKILL if how == "sigkill" else signal.SIGTERM)
-        deploy.wait_until("node3 to leave", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 2]))
+        objects.wait_until("node3 to leave", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 2]))
     finally:
         deployment.stop_speaker(3, signal.SIGKILL)
         deployment.start_speaker(3)
-    deploy.wait_until("node3 back", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 2, 3]))
+    objects.wait_until("node3 back", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 2, 3]))

@@ -68,9 +68,18 @@ def assert_cleaned_up(lab: network_lab.Lab | None) -> None:
     assert services == []
     statuses = lab.kubectl("get", "servicel2statuses,servicebgpstatuses", "-n", NS, "-o", "name")
     assert statuses.strip() == ""
+    assert not any(ns.startswith("ilb-pod-") for ns in network_lab._lab_namespaces())
     for ns in lab.node_namespaces:
-        assert lab.status()[ns] == [], f"processes left in {ns}"
-        assert lab.exec(ns, "nft", "list", "ruleset").stdout.strip() == ""
+        # What the lab itself runs in a node stays; nothing of the demo's.
+        left = [_cmdline(pid) for pid in lab.status()[ns]]
+        assert all("kube-proxy" in c or "hack.podagent" in c for c in left), left
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def summary_value(output: str, key: str) -> str:
@@ -113,6 +122,17 @@ def test_the_demo_runs_end_to_end_and_reports_what_it_measured(
     assert (len(v4), len(v6), len(routed), len(addresses)) == (1, 1, 1, 3), addresses
     assert summary_value(output, "client source address") == "kept"
     assert summary_value(output, "BGP").endswith("via node1, node3")
+    # The policy experiment: with Cluster the backend sees a node's address, with Local the
+    # client's; only the nodes with a local endpoint (node1, node3) say 200 to the ToR.
+    cluster_seen = ipaddress.ip_address(summary_value(output, "source address (Cluster)"))
+    node_addresses = {
+        address
+        for i in range(1, 4)
+        for address in (network_lab.node_v4(i), network_lab.pod_gateway_v4(i))
+    }
+    assert cluster_seen in node_addresses
+    assert summary_value(output, "source address (Local)") == str(network_lab.CLIENT_V4)
+    assert summary_value(output, "healthCheckNodePort") == "node1=200 node2=503 node3=200"
 
     failover = summary_value(output, "failover time")
     seconds = float(failover.split()[0])
@@ -123,7 +143,8 @@ def test_the_demo_runs_end_to_end_and_reports_what_it_measured(
     # The steps a user is promised, in order.
     titles = re.findall(r"^== \d+\. (.*)$", output, re.MULTILINE)
     assert [t.split(":")[0].split(" ")[0] for t in titles] == [
-        "A", "ironlb", "MetalLB's", "Two", "Layer", "BGP", "A", "ironlb", "Failover", "Summary",
+        "A", "ironlb", "MetalLB's", "Two", "Layer", "BGP", "A", "externalTrafficPolicy",
+        "ironlb", "Failover", "Summary",
     ]  # fmt: skip
     assert_cleaned_up(borrowed)
 

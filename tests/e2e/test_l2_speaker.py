@@ -11,10 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from hack import deploy
+from hack import deploy, objects
 from hack import lab as network_lab
 from speaker import election
-from tests.e2e import objects
 
 pytestmark = pytest.mark.e2e
 
@@ -45,16 +44,8 @@ def deployment(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
             "spec": {"ipAddressPools": [POOL]},
         },
     )
-    backends = deploy.Backends(lab)
-    backends.start()
     with deploy.deployed(lab) as d:
         yield d
-    backends.stop()
-
-
-@pytest.fixture
-def app_namespace(lab: network_lab.Lab, request: pytest.FixtureRequest) -> Iterator[str]:
-    yield from objects.namespace_for(lab, request, "l2")
 
 
 def arp_macs(lab: network_lab.Lab, vip: str) -> set[str]:
@@ -91,7 +82,7 @@ def node_index_of_mac(lab: network_lab.Lab, mac: str | None) -> int | None:
 
 def wait_for_l2_status_of(lab: network_lab.Lab, namespace: str, node: int, who: str) -> None:
     """Until the namespace's ServiceL2Status objects name that node and no other."""
-    deploy.wait_until(
+    objects.wait_until(
         f"only the ServiceL2Status of {who}",
         lambda: (
             objects.status_nodes(lab, "servicel2statuses", namespace) == {lab.node_names[node - 1]}
@@ -110,16 +101,16 @@ def test_one_node_answers_arp_and_ndp(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
 ) -> None:
     objects.create_service(lab, app_namespace, "web", dual=True)
-    objects.set_endpoints(lab, app_namespace, "web", [1, 2, 3])
+    objects.set_backends(lab, app_namespace, "web", [1, 2, 3])
     v4, v6 = sorted(objects.ingress(lab, app_namespace, "web", 2), key=lambda a: ":" in a)
     owner4, owner6 = expected_owner(lab, v4), expected_owner(lab, v6)
-    deploy.wait_until("one ARP answer", lambda: arp_macs(lab, v4) == {lab.node_mac(owner4)})
-    deploy.wait_until("the NDP answer", lambda: ndp_mac(lab, v6) == lab.node_mac(owner6))
+    objects.wait_until("one ARP answer", lambda: arp_macs(lab, v4) == {lab.node_mac(owner4)})
+    objects.wait_until("the NDP answer", lambda: ndp_mac(lab, v6) == lab.node_mac(owner6))
     touch(lab, v4)
     assert neighbour_mac(lab, v4) == lab.node_mac(owner4)
 
     owners = {lab.node_names[owner4 - 1], lab.node_names[owner6 - 1]}
-    deploy.wait_until(
+    objects.wait_until(
         "the owners' ServiceL2Status",
         lambda: objects.status_nodes(lab, "servicel2statuses", app_namespace) == owners,
     )
@@ -134,10 +125,10 @@ def test_failover_moves_the_tor_neighbour_entry(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str, how: str
 ) -> None:
     objects.create_service(lab, app_namespace, "web", dual=False)
-    objects.set_endpoints(lab, app_namespace, "web", [1, 2, 3])
+    objects.set_backends(lab, app_namespace, "web", [1, 2, 3])
     (vip,) = objects.ingress(lab, app_namespace, "web", 1)
     owner = expected_owner(lab, vip)
-    deploy.wait_until("the owner to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(owner)})
+    objects.wait_until("the owner to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(owner)})
     touch(lab, vip)
     assert neighbour_mac(lab, vip) == lab.node_mac(owner)
     survivors = [i for i in range(1, lab.nodes + 1) if i != owner]
@@ -148,7 +139,7 @@ def test_failover_moves_the_tor_neighbour_entry(
         else:
             deploy.cut_link(lab, owner)
         # No flush: the new owner's gratuitous ARP must move the existing entry.
-        deploy.wait_until(
+        objects.wait_until(
             "the ToR's entry to move to the successor",
             lambda: neighbour_mac(lab, vip) == lab.node_mac(successor),
             timeout=30,
@@ -164,7 +155,7 @@ def test_failover_moves_the_tor_neighbour_entry(
         else:
             deploy.restore_link(lab, owner)
     # The original owner wins the hash again once it is back.
-    deploy.wait_until(
+    objects.wait_until(
         "the owner to take its address back",
         lambda: arp_macs(lab, vip) == {lab.node_mac(owner)},
         timeout=40,
@@ -176,40 +167,23 @@ def test_local_policy_follows_the_endpoint(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
 ) -> None:
     objects.create_service(lab, app_namespace, "local", local=True, dual=False)
-    objects.set_endpoints(lab, app_namespace, "local", [2])
+    objects.set_backends(lab, app_namespace, "local", [2])
     (vip,) = objects.ingress(lab, app_namespace, "local", 1)
-    deploy.wait_until("node2 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(2)})
-    objects.set_endpoints(lab, app_namespace, "local", [3])
-    deploy.wait_until("node3 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(3)})
-    objects.set_endpoints(lab, app_namespace, "local", [])
-    deploy.wait_until("nobody to answer", lambda: arp_macs(lab, vip) == set())
+    objects.wait_until("node2 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(2)})
+    objects.set_backends(lab, app_namespace, "local", [3])
+    objects.wait_until("node3 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(3)})
+    objects.set_backends(lab, app_namespace, "local", [])
+    objects.wait_until("nobody to answer", lambda: arp_macs(lab, vip) == set())
 
 
 def test_client_reaches_the_vip_with_its_source_address_kept(
     lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
 ) -> None:
     objects.create_service(lab, app_namespace, "echo", local=True, dual=False)
-    objects.set_endpoints(lab, app_namespace, "echo", [1])
+    objects.set_backends(lab, app_namespace, "echo", [1])
     (vip,) = objects.ingress(lab, app_namespace, "echo", 1)
-    backends = deploy.Backends(lab)
-    backends.expose(vip, 80)
-    deploy.wait_until("node1 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(1)})
-    client = network_lab.CLIENT_V4
-
-    def request() -> str | None:
-        out = lab.exec(
-            "client",
-            "python3",
-            "-c",
-            "import socket, sys\n"
-            "s = socket.create_connection((sys.argv[1], 80), 2)\n"
-            "print(s.recv(100).decode().strip())",
-            vip,
-            timeout=10,
-        )
-        return out.stdout.strip() or None
-
-    answer = deploy.wait_until("an answer through the VIP", request)
-    node, source = answer.split()
-    assert node == lab.node_names[0]
-    assert ipaddress.ip_address(source) == client
+    objects.wait_until("node1 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(1)})
+    answer = objects.wait_until("an answer through the VIP", lambda: objects.request(lab, vip))
+    pod, node, source = answer.split()
+    assert (pod, node) == (objects.pod_name("echo", 1), lab.node_names[0])
+    assert ipaddress.ip_address(source) == network_lab.CLIENT_V4

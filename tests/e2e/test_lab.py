@@ -7,6 +7,7 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,17 +184,30 @@ class FailingLab(network_lab.Lab):
         raise network_lab.LabError("injected failure after FRR started")
 
 
+class BadKubeProxyLab(network_lab.Lab):
+    """kube-proxy refuses this configuration and exits, after the control plane is up."""
+
+    def kube_proxy_config(self, index: int) -> dict[str, Any]:
+        config = super().kube_proxy_config(index)
+        if index == 2:
+            config["mode"] = "no-such-mode"
+        return config
+
+
 def test_down_leaves_nothing_and_up_is_all_or_nothing(lab: network_lab.Lab, tmp_path: Path) -> None:
     # Runs last in this module: it takes the session's lab down and brings it back.
     helper = lab.popen("node2", "sleep", "600")
     frr_pids = lab.status()[network_lab.NS_TOR]
     cluster_pids = list(lab.cluster.running_pids().values())
-    assert frr_pids and len(cluster_pids) == 2
+    assert frr_pids and len(cluster_pids) == len(local_cluster.COMPONENTS)
+    proxy_pids = [lab.kube_proxy_pid(i) for i in range(1, lab.nodes + 1)]
+    assert all(proxy_pids), proxy_pids
     try:
         assert lab.down() is True
         assert lab_leftovers() == []
         helper.wait(timeout=10)
-        for pid in [*frr_pids, *cluster_pids]:
+        for pid in [*frr_pids, *cluster_pids, *proxy_pids]:
+            assert pid is not None
             assert not network_lab._alive(pid), pid
         assert not lab.directory.exists()
         assert not lab.frr_directory.exists()
@@ -205,6 +219,15 @@ def test_down_leaves_nothing_and_up_is_all_or_nothing(lab: network_lab.Lab, tmp_
         assert lab_leftovers() == []
         assert not failing.frr_directory.exists()
         assert not (tmp_path / "failing").exists()
+
+        # A node component that cannot start: one line naming it and its node, nothing left.
+        broken = BadKubeProxyLab(nodes=2, directory=tmp_path / "broken")
+        with pytest.raises(network_lab.LabError) as raised:
+            broken.up()
+        message = str(raised.value)
+        assert "kube-proxy in ilb-node2" in message and "\n" not in message, message
+        assert lab_leftovers() == []
+        assert not (tmp_path / "broken").exists()
     finally:
         if helper.poll() is None:
             helper.kill()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from hack import deploy
+from hack import deploy, objects
 from hack import lab as network_lab
 from ironlb_cli import schema
 
@@ -43,61 +43,14 @@ CONFIG_KINDS = (
 )
 
 
-def apply(lab: network_lab.Lab, *objects: dict[str, Any]) -> None:
-    lab.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
-    )
-
-
 def metallb(kind: str, name: str, spec: dict[str, Any], version: str = "v1beta1") -> Any:
-    return {
-        "apiVersion": f"metallb.io/{version}",
-        "kind": kind,
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    }
+    return objects.metallb(kind, name, spec, version)
 
 
 def service(name: str, pool: str | None = None) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name, "namespace": APP}
-    if pool:
-        metadata["annotations"] = {"metallb.io/address-pool": pool}
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata,
-        "spec": {
-            "type": "LoadBalancer",
-            "externalTrafficPolicy": "Local",
-            "selector": {"app": name},
-            "ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}],
-        },
-    }
-
-
-def endpoints(lab: network_lab.Lab, name: str, nodes: list[int]) -> dict[str, Any]:
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": f"{name}-v4",
-            "namespace": APP,
-            "labels": {"kubernetes.io/service-name": name},
-        },
-        "addressType": "IPv4",
-        "endpoints": [
-            {
-                "addresses": [str(lab.node_v4(i))],
-                "nodeName": lab.node_names[i - 1],
-                "conditions": {"ready": True, "serving": True, "terminating": False},
-            }
-            for i in nodes
-        ],
-        "ports": [{"port": 8080, "protocol": "TCP"}],
-    }
+    return objects.service(
+        APP, name, local=True, annotations={"metallb.io/address-pool": pool} if pool else None
+    )
 
 
 def ingress(lab: network_lab.Lab, name: str) -> list[str]:
@@ -127,7 +80,7 @@ def cluster(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
     # Earlier modules leave their configuration behind; overlapping pools would make ours
     # invalid, so this module starts from an empty configuration.
     lab.kubectl("delete", ",".join(CONFIG_KINDS), "--all", "-n", NS)
-    apply(
+    objects.apply(
         lab,
         metallb("IPAddressPool", L2_POOL, {"addresses": [L2_RANGE]}),
         metallb("L2Advertisement", L2_POOL, {"ipAddressPools": [L2_POOL]}),
@@ -145,19 +98,16 @@ def cluster(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
         metallb("BGPAdvertisement", BGP_POOL, {"ipAddressPools": [BGP_POOL]}),
     )
     lab.kubectl("create", "namespace", APP)
-    apply(
-        lab,
-        service("web"),
-        endpoints(lab, "web", [1, 2, 3]),
-        service("routed", pool=BGP_POOL),
-        endpoints(lab, "routed", [2]),
-        service("stuck", pool="nonexistent"),
+    objects.apply(
+        lab, service("web"), service("routed", pool=BGP_POOL), service("stuck", pool="nonexistent")
     )
+    objects.set_backends(lab, APP, "web", [1, 2, 3])
+    objects.set_backends(lab, APP, "routed", [2])
     try:
         with deploy.deployed(lab) as d:
             yield d
     finally:
-        lab.kubectl("delete", "services,endpointslices", "--all", "-n", APP, "--wait=false")
+        lab.kubectl("delete", "namespace", APP, "--wait=false")
         lab.kubectl("delete", ",".join(CONFIG_KINDS), "--all", "-n", NS)
         lab.kubectl(
             "delete", "servicel2statuses,servicebgpstatuses", "--all", "-n", NS, "--wait=false"
@@ -184,17 +134,17 @@ def run_status(lab: network_lab.Lab, *args: str, program: list[str] | None = Non
 
 def settled(lab: network_lab.Lab) -> tuple[str, str, int, str]:
     """Wait for the world to be in the state the checks expect; returns the witnesses' view."""
-    (vip,) = deploy.wait_until("web's address", lambda: ingress(lab, "web") or None, timeout=60)
-    (routed,) = deploy.wait_until("routed's address", lambda: ingress(lab, "routed") or None)
-    macs = deploy.wait_until(
+    (vip,) = objects.wait_until("web's address", lambda: ingress(lab, "web") or None, timeout=60)
+    (routed,) = objects.wait_until("routed's address", lambda: ingress(lab, "routed") or None)
+    macs = objects.wait_until(
         "one ARP answer", lambda: (m := arp_macs(lab, vip)) and len(m) == 1 and m
     )
     (mac,) = macs
     owner = next(i for i in range(1, lab.nodes + 1) if lab.node_mac(i) == mac)
     node2 = str(lab.node_v4(2))
-    deploy.wait_until("routed's route via node2", lambda: fib(lab, f"{routed}/32") == {node2})
+    objects.wait_until("routed's route via node2", lambda: fib(lab, f"{routed}/32") == {node2})
     everyone = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1)}
-    deploy.wait_until("three BGP sessions", lambda: established_on_tor(lab) >= everyone)
+    objects.wait_until("three BGP sessions", lambda: established_on_tor(lab) >= everyone)
     return vip, routed, owner, mac
 
 
@@ -212,7 +162,7 @@ def document(lab: network_lab.Lab) -> dict[str, Any]:
         )
         return doc if ready else None
 
-    found: dict[str, Any] = deploy.wait_until("ironlb status to agree", read, timeout=30, every=1)
+    found: dict[str, Any] = objects.wait_until("ironlb status to agree", read, timeout=30, every=1)
     return found
 
 
@@ -300,7 +250,7 @@ def test_text_output_and_a_dead_speaker(lab: network_lab.Lab, cluster: deploy.De
             )
             return doc if ok else None
 
-        doc = deploy.wait_until("the status to show the stopped speaker", after, every=1)
+        doc = objects.wait_until("the status to show the stopped speaker", after, every=1)
         assert schema.check(doc) == []
         sessions = [s for s in doc["sessions"] if s["node"] == lab.node_names[victim - 1]]
         assert [s["bgp"] for s in sessions] == ["unknown"]
@@ -311,7 +261,9 @@ def test_text_output_and_a_dead_speaker(lab: network_lab.Lab, cluster: deploy.De
         # speaker is back); the text says its speaker is unreachable.
         (new_owner,) = named - {lab.node_names[victim - 1]}
         new_mac = lab.node_mac(lab.node_names.index(new_owner) + 1)
-        assert deploy.wait_until("the new owner to answer", lambda: arp_macs(lab, vip) == {new_mac})
+        assert objects.wait_until(
+            "the new owner to answer", lambda: arp_macs(lab, vip) == {new_mac}
+        )
         if lab.node_names[victim - 1] in named:
             text = run_status(lab)
             assert f"{lab.node_names[victim - 1]} (speaker unreachable)" in text

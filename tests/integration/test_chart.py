@@ -71,6 +71,8 @@ VARIANTS = {
         "--set=prometheus.podMonitor.enabled=true",
         "--set=prometheus.scrapeAnnotations=true",
         "--set=prometheus.serviceMonitor.interval=30s",
+        "--set=prometheus.prometheusRule.enabled=true",
+        "--set=prometheus.prometheusRule.addressPoolUsage.excludePools=^lab-",
     ],
     "no webhook, no rbac": ["--set=controller.webhookMode=disabled", "--set=rbac.create=false"],
     "speaker only, no memberlist": [
@@ -126,6 +128,14 @@ BAD_VALUES = {
     "failure policy case": (
         {"crds": {"validationFailurePolicy": "fail"}},
         "at '/crds/validationFailurePolicy': value must be one of 'Fail', 'Ignore'",
+    ),
+    "alert threshold": (
+        {
+            "prometheus": {
+                "prometheusRule": {"addressPoolUsage": {"thresholds": [{"percent": 150}]}}
+            }
+        },
+        "at '/prometheus/prometheusRule/addressPoolUsage/thresholds/0/percent': maximum",
     ),
     "nested unknown key": (
         {"speaker": {"memberlist": {"port": 7946}}},

@@ -1,24 +1,30 @@
-"""python -m speaker's flag handling: seeds, arguments."""
+"""python -m speaker's flag handling: seeds, arguments, what is refused at once."""
 
 from __future__ import annotations
 
+import socket
+
+import pytest
+
 from speaker import __main__ as speaker_main
+from speaker import seeds
 from speaker.membership import messages
 
 
 def test_seeds_are_deduplicated_and_keep_their_ports() -> None:
-    seeds = speaker_main.resolve_seeds("10.0.0.1, 10.0.0.1:7946 ,10.0.0.2:8000,,[fd00::1]:9", 7946)
-    assert seeds == [
+    parsed = seeds.parse("10.0.0.1, 10.0.0.1:7946 ,10.0.0.2:8000,,[fd00::1]:9", 7946)
+    assert seeds.resolve(parsed).addresses == (
         messages.Address("10.0.0.1", 7946),
         messages.Address("10.0.0.2", 8000),
         messages.Address("fd00::1", 9),
-    ]
+    )
 
 
 def test_a_name_resolves_to_its_addresses() -> None:
-    seeds = speaker_main.resolve_seeds("localhost:7000", 7946)
-    assert messages.Address("127.0.0.1", 7000) in seeds
-    assert all(s.port == 7000 for s in seeds)
+    resolution = seeds.resolve(seeds.parse("localhost:7000", 7946))
+    assert messages.Address("127.0.0.1", 7000) in resolution.addresses
+    assert all(a.port == 7000 for a in resolution.addresses)
+    assert resolution.failures == ()
 
 
 def test_membership_flags_keep_metallb_names() -> None:
@@ -27,3 +33,102 @@ def test_membership_flags_keep_metallb_names() -> None:
     )
     assert (args.node_name, args.ml_bind_addr, args.ml_bind_port) == ("n1", "10.0.0.1", 7946)
     assert args.ml_profile == "default"
+
+
+def test_an_unresolvable_seed_name_is_not_an_error_at_start() -> None:
+    args = speaker_main.parse_args(
+        ["--node-name=n1", "--ml-bind-addr=10.0.0.1", "--ml-seeds=no-such-host.invalid:7946"]
+    )
+    settings = speaker_main.membership_settings(args)
+    host = "no-such-host.invalid"
+    assert settings.seeds == (seeds.Seed(f"{host}:7946", host, 7946),)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--ml-seeds=a:b"],
+        ["--ml-seeds=a:70000"],
+        ["--ml-seeds=[fd00::1"],
+        ["--ml-bind-addr=10.0.0.1:0"],
+    ],
+)
+def test_malformed_membership_flags_exit_at_once(
+    flags: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--node-name=n1", "--ml-bind-addr=10.0.0.1", *flags]
+    assert speaker_main.main(argv) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+# --- seeds: splitting, resolving, and what is logged --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "host", "port"),
+    [
+        ("svc.ns.svc", "svc.ns.svc", 7946),
+        ("svc:8000", "svc", 8000),
+        ("[fd00::1]:9", "fd00::1", 9),
+        ("[fd00::1]", "fd00::1", 7946),
+        ("fd00::1", "fd00::1", 7946),
+        (" 10.0.0.1 ", "10.0.0.1", 7946),
+    ],
+)
+def test_split_never_resolves(text: str, host: str, port: int) -> None:
+    assert seeds.split(text, 7946) == seeds.Seed(text.strip(), host, port)
+
+
+def failing(host: str, port: int) -> list[str]:
+    raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+
+def test_a_seed_that_does_not_resolve_is_a_failure_the_others_still_count() -> None:
+    parsed = seeds.parse("members.ns.svc, 10.0.0.9", 7946)
+    resolution = seeds.resolve(parsed, failing)
+    assert resolution.addresses == (messages.Address("10.0.0.9", 7946),)
+    assert resolution.failed == {"members.ns.svc"}
+    assert "Name or service not known" in resolution.failures[0][1]
+
+
+def test_a_name_with_no_address_is_a_failure() -> None:
+    resolution = seeds.resolve(seeds.parse("empty", 7946), lambda host, port: [])
+    assert resolution.addresses == ()
+    assert resolution.failures == (("empty", "no address"),)
+
+
+def test_a_malformed_name_is_a_failure_not_a_crash() -> None:
+    def too_long(host: str, port: int) -> list[str]:
+        raise UnicodeError("label too long")
+
+    assert seeds.resolve(seeds.parse("x", 1), too_long).failed == {"x"}
+
+
+def resolution(*addresses: str, failed: tuple[str, ...] = ()) -> seeds.Resolution:
+    return seeds.Resolution(
+        tuple(messages.Address(a, 7946) for a in addresses),
+        tuple((f, "Name or service not known") for f in failed),
+    )
+
+
+def test_failures_are_logged_once_per_change_not_per_retry() -> None:
+    first = seeds.note(None, resolution(failed=("m",)), 1.0)
+    assert first is not None and first.level == "warning"
+    assert first.fields["seeds"] == "m" and first.fields["retry_s"] == 1.0
+    assert "Name or service not known" in str(first.fields["error"])
+    # The same failure on the next retries: nothing.
+    assert seeds.note(resolution(failed=("m",)), resolution(failed=("m",)), 2.0) is None
+    # Another seed failing too is news.
+    both = seeds.note(resolution(failed=("m",)), resolution(failed=("m", "n")), 4.0)
+    assert both is not None and both.level == "warning"
+
+
+def test_recovery_is_logged_once_then_only_changes_of_addresses() -> None:
+    recovered = seeds.note(resolution(failed=("m",)), resolution("10.0.0.1"), None)
+    assert recovered is not None and recovered.level == "info"
+    assert recovered.message == "membership seeds resolved"
+    assert seeds.note(resolution("10.0.0.1"), resolution("10.0.0.1"), None) is None
+    grown = seeds.note(resolution("10.0.0.1"), resolution("10.0.0.1", "10.0.0.2"), None)
+    assert grown is not None and grown.message == "membership seeds changed"
+    first = seeds.note(None, resolution("10.0.0.1"), None)
+    assert first is not None and first.message == "membership seeds resolved"

@@ -1,0 +1,335 @@
+"""Kubernetes objects in the lab, built and applied one way for tests, benches and the demo.
+
+Backends are real Pods: `set_backends` makes one Pod per named node, bound by kube-scheduler
+(through a hostname nodeSelector), run by that node's `hack/podagent`, made Ready by a real
+probe, and turned into EndpointSlices by kube-controller-manager. Nothing here writes a slice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from hack import lab as network_lab
+
+ECHO_PORT = 8080
+HEALTH_PORT = 8081
+SERVICE_PORT = 80
+METALLB_NAMESPACE = "metallb-system"
+WAIT_S = 60.0
+
+T = TypeVar("T")
+
+
+def wait_until(
+    what: str, check: Callable[[], T | None], timeout: float = WAIT_S, every: float = 0.05
+) -> T:
+    """Poll `check()` until it returns something truthy; bounded in time, says what it waited
+    for when it gives up."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def apply(lab: network_lab.Lab, *objects: dict[str, Any]) -> None:
+    lab.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
+    )
+
+
+def get(lab: network_lab.Lab, *args: str) -> Any:
+    return json.loads(lab.kubectl("get", *args, "-o", "json"))
+
+
+# --- namespaces --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def namespace(lab: network_lab.Lab, name: str) -> Iterator[str]:
+    """A namespace for the block; deleted afterwards, with everything in it, by
+    kube-controller-manager's namespace controller (Pods are confirmed gone by their agents)."""
+    apply(lab, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        lab.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+
+
+# --- MetalLB's configuration -------------------------------------------------------------------
+
+
+def metallb(kind: str, name: str, spec: dict[str, Any], version: str = "v1beta1") -> dict[str, Any]:
+    """A metallb.io object in metallb-system (BGPPeer is v1beta2)."""
+    return {
+        "apiVersion": f"metallb.io/{version}",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": METALLB_NAMESPACE},
+        "spec": spec,
+    }
+
+
+# --- Services ----------------------------------------------------------------------------------
+
+
+def service(
+    namespace: str,
+    name: str,
+    *,
+    local: bool = False,
+    dual: bool = False,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A LoadBalancer Service selecting the Pods of app `name` (port 80 -> the echo's 8080)."""
+    spec: dict[str, Any] = {
+        "type": "LoadBalancer",
+        "selector": {"app": name},
+        "ports": [{"port": SERVICE_PORT, "protocol": "TCP", "targetPort": ECHO_PORT}],
+        "externalTrafficPolicy": "Local" if local else "Cluster",
+    }
+    if dual:
+        spec["ipFamilyPolicy"] = "RequireDualStack"
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if annotations:
+        metadata["annotations"] = annotations
+    if labels:
+        metadata["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
+
+
+def create_service(lab: network_lab.Lab, namespace: str, name: str, **options: Any) -> None:
+    apply(lab, service(namespace, name, **options))
+
+
+def ingress(lab: network_lab.Lab, namespace: str, name: str, count: int) -> list[str]:
+    """The Service's addresses once it has `count` of them (bounded wait)."""
+
+    def read() -> list[str] | None:
+        svc = get(lab, "service", name, "-n", namespace)
+        entries = svc.get("status", {}).get("loadBalancer", {}).get("ingress") or []
+        ips = [e["ip"] for e in entries]
+        return ips if len(ips) == count else None
+
+    return wait_until(f"{namespace}/{name} to get {count} address(es)", read)
+
+
+def status_nodes(lab: network_lab.Lab, plural: str, namespace: str) -> set[str] | None:
+    """Nodes named by the speakers' status objects for a namespace's Services; None while one
+    has been created but its status not written yet (two requests: object, then status)."""
+    listed = get(lab, plural, "-n", METALLB_NAMESPACE)
+    mine = [
+        s
+        for s in listed["items"]
+        if (s["metadata"].get("labels") or {}).get("metallb.io/service-namespace") == namespace
+    ]
+    if any(not s.get("status") for s in mine):
+        return None
+    return {s["status"]["node"] for s in mine}
+
+
+# --- Pods --------------------------------------------------------------------------------------
+
+
+def pod_name(app: str, node: int) -> str:
+    return f"{app}-{network_lab.node_name(node)}"
+
+
+def pod(
+    namespace: str, app: str, node: int, *, drain_s: float = 0.0, grace_s: int = 30
+) -> dict[str, Any]:
+    """One echo Pod of `app` for node `node`, placed there by the scheduler. It keeps serving
+    `drain_s` seconds after SIGTERM (the window of a terminating-but-serving endpoint)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(app, node),
+            "namespace": namespace,
+            "labels": {"app": app},
+        },
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": network_lab.node_name(node)},
+            "terminationGracePeriodSeconds": grace_s,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "containers": [
+                {
+                    "name": "echo",
+                    "image": "ironlb.local/echo",
+                    "args": [
+                        f"--port={ECHO_PORT}",
+                        f"--health-port={HEALTH_PORT}",
+                        f"--drain={drain_s}",
+                    ],
+                    "ports": [{"containerPort": ECHO_PORT, "protocol": "TCP"}],
+                    "readinessProbe": {
+                        "httpGet": {"path": "/ready", "port": HEALTH_PORT},
+                        "periodSeconds": 1,
+                        "successThreshold": 1,
+                        "failureThreshold": 1,
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _pods(lab: network_lab.Lab, namespace: str, app: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get(lab, "pods", "-n", namespace, "-l", f"app={app}")["items"]
+    return items
+
+
+def is_ready(item: dict[str, Any]) -> bool:
+    conditions = (item.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _create(lab: network_lab.Lab, objects: Sequence[dict[str, Any]]) -> None:
+    # A namespace's `default` ServiceAccount, which Pod admission requires, comes from
+    # kube-controller-manager a moment after the namespace: retry for that, nothing else.
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            apply(lab, *objects)
+            return
+        except network_lab.LabError as e:
+            if "serviceaccount" not in str(e).lower() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def set_backends(
+    lab: network_lab.Lab,
+    namespace: str,
+    app: str,
+    nodes: Sequence[int],
+    *,
+    drain_s: float = 0.0,
+    grace_s: int = 0,
+    wait: bool = True,
+) -> None:
+    """One ready Pod of `app` on each of `nodes`, and none elsewhere.
+
+    Pods on other nodes are deleted with `grace_s` (0: at once). With `wait`, returns once the
+    Pods are Ready, the others gone, and the Service's EndpointSlices say the same (when the
+    Service exists), so a caller observes ironlb reacting to a settled state."""
+    wanted = {pod_name(app, n) for n in nodes}
+    existing = {p["metadata"]["name"] for p in _pods(lab, namespace, app)}
+    extra = sorted(existing - wanted)
+    if extra:
+        lab.kubectl(
+            "delete", "pod", *extra, "-n", namespace, f"--grace-period={grace_s}", "--wait=false",
+            *(["--force"] if grace_s == 0 else []),
+        )  # fmt: skip
+    missing = [n for n in nodes if pod_name(app, n) not in existing]
+    if missing:
+        _create(lab, [pod(namespace, app, n, drain_s=drain_s) for n in missing])
+    if wait:
+        wait_backends(lab, namespace, app, nodes)
+
+
+def wait_backends(lab: network_lab.Lab, namespace: str, app: str, nodes: Sequence[int]) -> None:
+    wanted_nodes = {network_lab.node_name(n) for n in nodes}
+
+    def settled() -> bool:
+        items = _pods(lab, namespace, app)
+        names = {p["metadata"]["name"] for p in items}
+        if names != {pod_name(app, n) for n in nodes} or not all(map(is_ready, items)):
+            return False
+        if not service_exists(lab, namespace, app):
+            return True
+        return ready_endpoint_nodes(lab, namespace, app) == wanted_nodes
+
+    wait_until(f"{namespace}/{app} backends ready on {sorted(wanted_nodes)}", settled)
+
+
+def service_exists(lab: network_lab.Lab, namespace: str, name: str) -> bool:
+    found = lab.kubectl("get", "service", name, "-n", namespace, "--ignore-not-found", "-o", "name")
+    return bool(found.strip())
+
+
+def endpoints(lab: network_lab.Lab, namespace: str, service_name: str) -> list[dict[str, Any]]:
+    """Every endpoint of the Service's EndpointSlices (both families)."""
+    slices = get(
+        lab,
+        "endpointslices",
+        "-n",
+        namespace,
+        "-l",
+        f"kubernetes.io/service-name={service_name}",
+    )
+    return [e for s in slices["items"] for e in s.get("endpoints") or []]
+
+
+def ready_endpoint_nodes(lab: network_lab.Lab, namespace: str, service_name: str) -> set[str]:
+    return {
+        e.get("nodeName", "")
+        for e in endpoints(lab, namespace, service_name)
+        if (e.get("conditions") or {}).get("ready")
+    }
+
+
+def pod_processes(lab: network_lab.Lab, namespace: str, name: str) -> list[int]:
+    """The pids running in a Pod's sandbox (its network namespace, named after its uid)."""
+    uid = get(lab, "pod", name, "-n", namespace)["metadata"]["uid"]
+    result = subprocess.run(
+        ["ip", "netns", "pids", f"ilb-pod-{uid[:8]}"], capture_output=True, text=True
+    )
+    return [int(p) for p in result.stdout.split()]
+
+
+def set_ready(lab: network_lab.Lab, namespace: str, name: str, ready: bool) -> None:
+    """Make a Pod's process pass or fail its readiness probe (the probe itself is real)."""
+    pids = pod_processes(lab, namespace, name)
+    if not pids:
+        raise AssertionError(f"pod {namespace}/{name} has no running process")
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR2 if ready else signal.SIGUSR1)
+
+
+# --- the client's side ---------------------------------------------------------------------------
+
+
+def requests(
+    lab: network_lab.Lab,
+    targets: Sequence[tuple[str, int]],
+    *,
+    timeout: float = 2.0,
+    ns: str = network_lab.NS_CLIENT,
+) -> list[str | None]:
+    """One new connection to each (address, port) from the client namespace; each answer's line
+    (`<pod> <node> <source address seen>`) or None."""
+    argv = [arg for address, port in targets for arg in (address, str(port))]
+    result = lab.exec(
+        ns,
+        sys.executable,
+        "-m",
+        "hack.client",
+        f"--timeout={timeout}",
+        *argv,
+        env={"PYTHONPATH": str(network_lab.ROOT)},
+        check=True,
+        timeout=30 + timeout * len(targets),
+    )
+    answers: list[str | None] = json.loads(result.stdout)
+    return answers
+
+
+def request(lab: network_lab.Lab, address: str, port: int = SERVICE_PORT) -> str | None:
+    return requests(lab, [(address, port)])[0]

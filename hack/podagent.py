@@ -1,0 +1,405 @@
+"""The lab's kubelet stand-in: runs the Pods bound to one node and reports their status.
+
+    python -m hack.podagent --node node1 --kubeconfig K --state DIR \\
+        --pod-cidr 10.244.1.0/24 --pod-cidr fd00:244:1::/64
+
+It runs inside the node's network namespace, as a kubelet runs on its host. For each Pod the
+scheduler bound to the node it makes what a container runtime and a CNI bridge plugin would: a
+network namespace of its own (`ilb-pod-<uid>`), a veth whose node end joins the node's `cbr0`
+bridge, an address of each family from the node's podCIDRs, and one process, `python -m
+hack.echo` with the container's `args`. Then it does a kubelet's share of the API:
+
+- status: `Running`, podIP(s), hostIP(s), and the Ready condition from a real probe of the
+  process (the container's `readinessProbe.httpGet`, at its `periodSeconds`, with its thresholds),
+  so kube-controller-manager turns readiness into EndpointSlice conditions as in a cluster;
+- deletion: on a deletionTimestamp the process gets SIGTERM, is probed on while it drains
+  (terminating endpoints stay `serving` while it answers), is killed when the grace period ends,
+  and the Pod object is then removed with grace 0, as a kubelet confirms a deletion;
+- a process that exits on its own is started again (restartPolicy Always), its restartCount kept.
+
+Level-triggered: every tick lists the node's Pods and reconciles the whole set, so a missed
+change costs at most one tick. Only what a lab test needs: one container per Pod, no volumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import ipaddress
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BRIDGE = "cbr0"
+TICK_S = 0.1
+PROBE_TIMEOUT_S = 1.0
+KILL_WAIT_S = 5.0
+
+
+def log(message: str, **fields: Any) -> None:
+    entry = {"ts": time.time(), "level": "info", "logger": "podagent", "msg": message, **fields}
+    print(json.dumps(entry), flush=True)
+
+
+# --- the API ------------------------------------------------------------------------------------
+
+
+class Api:
+    """Just enough of a Kubernetes client: the kubeconfig's client certificate over HTTPS."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        config = json.loads(kubeconfig.read_text())
+        cluster = config["clusters"][0]["cluster"]
+        user = config["users"][0]["user"]
+        self.server = cluster["server"]
+        self.context = ssl.create_default_context(cafile=cluster["certificate-authority"])
+        self.context.load_cert_chain(user["client-certificate"], user["client-key"])
+
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        with urllib.request.urlopen(req, timeout=10, context=self.context) as response:
+            return json.load(response)
+
+
+# --- one Pod ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Probe:
+    port: int
+    path: str
+    period_s: float
+    success_threshold: int
+    failure_threshold: int
+
+    @classmethod
+    def of(cls, container: dict[str, Any]) -> Probe | None:
+        spec = container.get("readinessProbe") or {}
+        http_get = spec.get("httpGet")
+        if not http_get:
+            return None
+        return cls(
+            port=int(http_get["port"]),
+            path=str(http_get.get("path") or "/"),
+            period_s=float(spec.get("periodSeconds") or 10),
+            success_threshold=int(spec.get("successThreshold") or 1),
+            failure_threshold=int(spec.get("failureThreshold") or 3),
+        )
+
+
+@dataclass
+class Running:
+    """A Pod this agent started."""
+
+    uid: str
+    namespace: str
+    name: str
+    netns: str
+    veth: str
+    addresses: list[str]
+    args: list[str]
+    probe: Probe | None
+    process: subprocess.Popen[bytes]
+    started: str
+    restarts: int = 0
+    ready: bool = False
+    streak: int = 0
+    next_probe: float = 0.0
+    terminating_until: float | None = None
+    written: dict[str, Any] = field(default_factory=dict)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def pod_status(pod: Running, host_ips: list[str]) -> dict[str, Any]:
+    """The status a kubelet would write for a running single-container Pod."""
+    ready = "True" if pod.ready else "False"
+    conditions = [
+        {"type": "PodScheduled", "status": "True"},
+        {"type": "Initialized", "status": "True"},
+        {"type": "ContainersReady", "status": ready},
+        {"type": "Ready", "status": ready},
+    ]
+    return {
+        "phase": "Running",
+        "hostIP": host_ips[0],
+        "hostIPs": [{"ip": ip} for ip in host_ips],
+        "podIP": pod.addresses[0],
+        "podIPs": [{"ip": ip} for ip in pod.addresses],
+        "startTime": pod.started,
+        "conditions": conditions,
+        "containerStatuses": [
+            {
+                "name": "echo",
+                "image": "ironlb.local/echo",
+                "imageID": "",
+                "ready": pod.ready,
+                "started": True,
+                "restartCount": pod.restarts,
+                "state": {"running": {"startedAt": pod.started}},
+            }
+        ],
+    }
+
+
+class Agent:
+    def __init__(
+        self, node: str, api: Api, state: Path, pod_cidrs: list[str], host_ips: list[str]
+    ) -> None:
+        self.node = node
+        self.api = api
+        self.state = state
+        self.networks = [ipaddress.ip_network(c) for c in pod_cidrs]
+        self.host_ips = host_ips
+        self.pods: dict[str, Running] = {}
+        self.stopping = False
+
+    # addresses ----------------------------------------------------------------------------------
+
+    def _free_index(self) -> int:
+        used = {
+            int(ipaddress.ip_address(p.addresses[0])) - int(self.networks[0].network_address)
+            for p in self.pods.values()
+        }
+        for index in range(2, 250):
+            if index not in used:
+                return index
+        raise RuntimeError("no free pod address on this node")
+
+    # start and stop -----------------------------------------------------------------------------
+
+    def start(self, pod: dict[str, Any]) -> None:
+        meta, spec = pod["metadata"], pod["spec"]
+        uid = meta["uid"]
+        index = self._free_index()
+        addresses = [str(net.network_address + index) for net in self.networks]
+        netns, veth = f"ilb-pod-{uid[:8]}", f"vp{uid[:8]}"
+        gateways = [str(net.network_address + 1) for net in self.networks]
+        _ip(["netns", "add", netns])
+        _ip(["link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns])
+        _ip(["link", "set", veth, "master", BRIDGE, "up"])
+        batch = ["link set lo up", "link set eth0 up"]
+        for address, net, gateway in zip(addresses, self.networks, gateways, strict=True):
+            nodad = " nodad" if net.version == 6 else ""
+            batch += [f"addr add {address}/{net.prefixlen} dev eth0{nodad}"]
+            batch += [f"route add default via {gateway}"]
+        subprocess.run(
+            ["ip", "-n", netns, "-batch", "-"],
+            input="\n".join(batch) + "\n",
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        container = spec["containers"][0]
+        args = [str(a) for a in container.get("args") or []]
+        running = Running(
+            uid=uid,
+            namespace=meta["namespace"],
+            name=meta["name"],
+            netns=netns,
+            veth=veth,
+            addresses=addresses,
+            args=args,
+            probe=Probe.of(container),
+            process=self._spawn(netns, meta["name"], args),
+            started=_now(),
+        )
+        # Without a probe a started container is ready at once, as with a kubelet.
+        running.ready = running.probe is None
+        self.pods[uid] = running
+        log("pod started", pod=f"{running.namespace}/{running.name}", addresses=addresses)
+
+    def _spawn(self, netns: str, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        out = open(self.state / f"{netns}.log", "ab")  # noqa: SIM115 - handed to the child
+        try:
+            return subprocess.Popen(
+                [
+                    "ip", "netns", "exec", netns,
+                    sys.executable, "-m", "hack.echo", "--pod", name, "--node", self.node, *args,
+                ],
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )  # fmt: skip
+        finally:
+            out.close()
+
+    def remove(self, pod: Running) -> None:
+        if pod.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pod.process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                pod.process.wait(KILL_WAIT_S)
+        subprocess.run(["ip", "netns", "del", pod.netns], capture_output=True)
+        subprocess.run(["ip", "link", "del", pod.veth], capture_output=True)
+        self.pods.pop(pod.uid, None)
+        log("pod removed", pod=f"{pod.namespace}/{pod.name}")
+
+    # the API side -------------------------------------------------------------------------------
+
+    def _path(self, pod: Running) -> str:
+        return f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+
+    def write_status(self, pod: Running) -> None:
+        status = pod_status(pod, self.host_ips)
+        if status == pod.written:
+            return
+        self.api.request(
+            "PATCH",
+            self._path(pod) + "/status",
+            {"status": status},
+            "application/merge-patch+json",
+        )
+        pod.written = status
+
+    def confirm_deletion(self, namespace: str, name: str, uid: str) -> None:
+        body = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": uid},
+        }
+        try:
+            self.api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+        except urllib.error.HTTPError as e:
+            if e.code not in (404, 409):
+                raise
+
+    # probing ------------------------------------------------------------------------------------
+
+    def probe(self, pod: Running, now: float) -> None:
+        if pod.probe is None or now < pod.next_probe or pod.process.poll() is not None:
+            return
+        pod.next_probe = now + pod.probe.period_s
+        ok = _http_ok(pod.addresses[0], pod.probe.port, pod.probe.path)
+        if ok == pod.ready:
+            pod.streak = 0
+            return
+        pod.streak += 1
+        needed = pod.probe.success_threshold if ok else pod.probe.failure_threshold
+        if pod.streak >= needed:
+            pod.ready, pod.streak = ok, 0
+
+    # the loop -----------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        listed = self.api.request(
+            "GET",
+            "/api/v1/pods?fieldSelector="
+            + urllib.parse.quote(f"spec.nodeName={self.node}", safe=""),
+        )
+        seen: set[str] = set()
+        for item in listed["items"]:
+            meta = item["metadata"]
+            uid = meta["uid"]
+            seen.add(uid)
+            phase = (item.get("status") or {}).get("phase")
+            deleting = meta.get("deletionTimestamp") is not None
+            pod = self.pods.get(uid)
+            if pod is None:
+                if deleting:
+                    self.confirm_deletion(meta["namespace"], meta["name"], uid)
+                elif phase not in ("Succeeded", "Failed"):
+                    self.start(item)
+                continue
+            if deleting and pod.terminating_until is None:
+                grace = meta.get("deletionGracePeriodSeconds")
+                pod.terminating_until = now + float(30 if grace is None else grace)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pod.process.pid, signal.SIGTERM)
+                log("pod terminating", pod=f"{pod.namespace}/{pod.name}", grace_s=grace)
+            if pod.terminating_until is not None:
+                if pod.process.poll() is not None or now >= pod.terminating_until:
+                    self.remove(pod)
+                    self.confirm_deletion(pod.namespace, pod.name, pod.uid)
+                    continue
+            elif pod.process.poll() is not None:
+                # restartPolicy Always: the container comes back in the same sandbox.
+                pod.restarts += 1
+                pod.ready = pod.probe is None
+                pod.process = self._spawn(pod.netns, pod.name, pod.args)
+                log("pod restarted", pod=f"{pod.namespace}/{pod.name}", restarts=pod.restarts)
+            self.probe(pod, now)
+            self.write_status(pod)
+        for uid in [u for u in self.pods if u not in seen]:
+            # Force-deleted (or gone with its namespace): nothing to confirm any more.
+            self.remove(self.pods[uid])
+
+    def run(self) -> None:
+        backoff = TICK_S
+        while not self.stopping:
+            try:
+                self.tick()
+                backoff = TICK_S
+            except (OSError, http.client.HTTPException, urllib.error.URLError, ValueError) as e:
+                backoff = min(backoff * 2, 2.0)
+                log("tick failed, retrying", error=str(e), retry_s=backoff)
+            except subprocess.CalledProcessError as e:
+                backoff = min(backoff * 2, 2.0)
+                log("sandbox set-up failed, retrying", error=str(e.stderr).strip()[:300])
+            time.sleep(backoff)
+
+
+def _ip(argv: list[str]) -> None:
+    subprocess.run(["ip", *argv], check=True, capture_output=True, text=True)
+
+
+def _http_ok(address: str, port: int, path: str) -> bool:
+    conn = http.client.HTTPConnection(address, port, timeout=PROBE_TIMEOUT_S)
+    try:
+        conn.request("GET", path)
+        return 200 <= conn.getresponse().status < 400
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hack.podagent", description=__doc__)
+    parser.add_argument("--node", required=True)
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--state", type=Path, required=True, help="directory for Pod logs")
+    parser.add_argument("--pod-cidr", action="append", required=True, help="one per family")
+    parser.add_argument("--host-ip", action="append", required=True, help="the node's addresses")
+    args = parser.parse_args(argv)
+    args.state.mkdir(parents=True, exist_ok=True)
+    agent = Agent(args.node, Api(args.kubeconfig), args.state, args.pod_cidr, args.host_ip)
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        agent.stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log("running pods", node=args.node, pod_cidrs=args.pod_cidr)
+    agent.run()
+    # Like a kubelet that stops, the Pods keep running; the lab's `down` removes them.
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""Membership that waits for what it needs instead of dying of its absence.
+
+Membership needs three things that may come later than the speaker: its key (a mounted Secret),
+its bind address (the node's address) and its seeds (a DNS name that cluster DNS may not answer
+yet). Each is retried with bounded exponential backoff (`ironlb.backoff`), logged once per change
+of state, and named in the speaker's readiness (`reasons()`), while the speaker keeps serving.
+
+Until membership can speak for the cluster, `members()` returns None and the agent decides
+liveness from the Node Ready condition, as with membership off: every speaker reads the same
+Nodes from the apiserver, so speakers that cannot reach each other still agree on who announces,
+where a speaker alone in its own membership would take every address for itself. Membership
+speaks for the cluster from the first time its seeds resolve (or at once when it has none: it was
+told it is alone), or as soon as another member found it, whichever comes first, and from then
+on for good. Seeds are resolved again every minute after that, because the headless Service
+lists speakers as they come and go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import registry as prom_registry
+
+from ironlb import backoff
+from speaker import seeds
+from speaker.membership import config as membership_config
+from speaker.membership import metrics as membership_metrics
+from speaker.membership import node as membership
+from speaker.membership import sealing
+from speaker.membership import threaded as membership_threaded
+
+log = logging.getLogger(__name__)
+
+REJOIN_EVERY_S = 60.0
+# Readiness reasons, as /readyz names them.
+SEEDS_UNRESOLVED = "seeds_unresolved"
+KEY_MISSING = "memberlist_key_missing"
+BIND_FAILED = "memberlist_bind_failed"
+
+
+@dataclass(frozen=True)
+class Settings:
+    name: str
+    bind: str  # host or [v6], with an optional port
+    port: int
+    seeds: tuple[seeds.Seed, ...] = ()
+    key_dir: str = ""  # empty: plain mode, on purpose
+    config: membership_config.Config = membership_config.DEFAULT
+
+
+def read_keyring(directory: str) -> sealing.Keyring:
+    """Every file of a mounted Secret; OSError when there is no key (yet)."""
+    files = sorted(str(p) for p in Path(directory).iterdir() if p.is_file())
+    keyring = membership.load_keyring(files)
+    if keyring.plain:
+        raise FileNotFoundError(f"no key in {directory}")
+    return keyring
+
+
+@dataclass
+class Membership:
+    """What the agent needs (`changed`, `members()`, `leave()`), whatever is still missing."""
+
+    settings: Settings
+    registry: prom_registry.CollectorRegistry
+    lookup: seeds.Lookup = seeds.system_lookup
+    new_backoff: Callable[[], backoff.Backoff] = backoff.Backoff
+    rejoin_every: float = REJOIN_EVERY_S
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    member: membership_threaded.ThreadedNode | None = None
+    resolution: seeds.Resolution | None = None
+    _authoritative: bool = False
+    # Read by the HTTP server's thread: always replaced whole, never changed in place.
+    _reasons: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self._authoritative = not self.settings.seeds
+        self._reasons = () if self._authoritative else (SEEDS_UNRESOLVED,)
+
+    # --- what the agent and the readiness endpoint read -----------------------------------------
+
+    def reasons(self) -> tuple[str, ...]:
+        return self._reasons
+
+    def members(self) -> frozenset[str] | None:
+        """Alive members, itself included; None while membership cannot speak for the cluster."""
+        if self.member is None:
+            return None
+        alive = self.member.members()
+        if not self._authoritative and len(alive) > 1:
+            self._take_over("another member found this one")
+        return alive if self._authoritative else None
+
+    async def leave(self) -> None:
+        if self.member is not None:
+            await self.member.leave()
+
+    # --- the work -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Key, socket, then seeds, each retried until it works; then forever: seeds again."""
+        keyring = await self._keyring() if self.settings.key_dir else None
+        self.member = await self._start(keyring)
+        self.changed.set()
+        relay = asyncio.ensure_future(self._relay(self.member))
+        try:
+            if self.settings.seeds:
+                await self._resolve_forever(self.member)
+            else:
+                await relay
+        finally:
+            relay.cancel()
+
+    async def _relay(self, member: membership_threaded.ThreadedNode) -> None:
+        while True:
+            await member.changed.wait()
+            member.changed.clear()
+            self.changed.set()
+
+    def _take_over(self, why: str) -> None:
+        self._authoritative = True
+        self._set(SEEDS_UNRESOLVED, False)
+        log.info("membership now decides which speakers are alive", extra={"why": why})
+        self.changed.set()
+
+    def _set(self, reason: str, on: bool) -> None:
+        reasons = set(self._reasons)
+        if on:
+            reasons.add(reason)
+        else:
+            reasons.discard(reason)
+        self._reasons = tuple(sorted(reasons))
+
+    async def _keyring(self) -> sealing.Keyring:
+        wait = self.new_backoff()
+        logged = ""
+        while True:
+            try:
+                keyring = read_keyring(self.settings.key_dir)
+            except OSError as e:
+                self._set(KEY_MISSING, True)
+                delay = wait.next()
+                if str(e) != logged:
+                    logged = str(e)
+                    log.warning(
+                        "membership key missing; membership waits for it, liveness from Node Ready",
+                        extra={
+                            "path": self.settings.key_dir,
+                            "error": logged,
+                            "retry_s": round(delay, 1),
+                        },
+                    )
+                await asyncio.sleep(delay)
+                continue
+            if logged:
+                log.info("membership key found", extra={"path": self.settings.key_dir})
+            self._set(KEY_MISSING, False)
+            return keyring
+
+    async def _start(self, keyring: sealing.Keyring | None) -> membership_threaded.ThreadedNode:
+        wait = self.new_backoff()
+        logged = ""
+        while True:
+            try:
+                bind = await asyncio.to_thread(
+                    membership.parse_address, self.settings.bind, self.settings.port
+                )
+                node = membership.Node(
+                    self.settings.name, bind, keyring=keyring, config=self.settings.config
+                )
+                member = membership_threaded.ThreadedNode(node)
+                await member.start()
+            except (OSError, UnicodeError) as e:
+                self._set(BIND_FAILED, True)
+                delay = wait.next()
+                if str(e) != logged:
+                    logged = str(e)
+                    log.warning(
+                        "membership cannot bind its address; retrying",
+                        extra={
+                            "address": self.settings.bind,
+                            "port": self.settings.port,
+                            "error": logged,
+                            "retry_s": round(delay, 1),
+                        },
+                    )
+                await asyncio.sleep(delay)
+                continue
+            if logged:
+                log.info("membership bound its address", extra={"address": str(bind)})
+            self._set(BIND_FAILED, False)
+            membership_metrics.register(node, self.registry)
+            return member
+
+    async def _resolve_forever(self, member: membership_threaded.ThreadedNode) -> None:
+        wait = self.new_backoff()
+        while True:
+            now = await asyncio.to_thread(seeds.resolve, self.settings.seeds, self.lookup)
+            retry = wait.next() if now.failures else None
+            if retry is None:
+                wait.reset()
+            line = seeds.note(self.resolution, now, retry)
+            if line is not None:
+                level = logging.WARNING if line.level == "warning" else logging.INFO
+                log.log(level, line.message, extra=dict(line.fields))
+            self.resolution = now
+            if now.addresses:
+                member.join(now.addresses)
+                if not self._authoritative:
+                    self._take_over("seeds resolved")
+            await asyncio.sleep(retry if retry is not None else self.rejoin_every)

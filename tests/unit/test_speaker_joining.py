@@ -1,0 +1,232 @@
+"""speaker.joining: membership waits for its key, its address and its seeds, never dies of them.
+
+Real members on 127.0.0.1 (their own loop threads, as in the speaker); the DNS answers are a fake
+lookup, so that a test decides when a name starts to resolve. Waits are bounded polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from ironlb import backoff
+from speaker import joining, seeds
+
+EVENTUALLY_S = 20.0
+
+
+def quick() -> backoff.Backoff:
+    return backoff.Backoff(first=0.01, cap=0.05)
+
+
+class Dns:
+    """A lookup that fails until told otherwise, counting the questions."""
+
+    def __init__(self) -> None:
+        self.answer: list[str] | None = None
+        self.asked = 0
+
+    def __call__(self, host: str, port: int) -> list[str]:
+        self.asked += 1
+        if self.answer is None:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return list(self.answer)
+
+
+async def eventually(predicate: Callable[[], bool], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + EVENTUALLY_S
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"not within {EVENTUALLY_S:.0f}s: {what}")
+        await asyncio.sleep(0.01)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def settings(name: str, seed_text: str = "", key_dir: str = "") -> joining.Settings:
+    return joining.Settings(
+        name=name,
+        bind="127.0.0.1",
+        port=free_port(),
+        seeds=tuple(seeds.parse(seed_text, 7946)),
+        key_dir=key_dir,
+    )
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[Callable[[joining.Membership], joining.Membership]]:
+    started: list[tuple[joining.Membership, asyncio.Future[None]]] = []
+
+    def start(member: joining.Membership) -> joining.Membership:
+        started.append((member, asyncio.ensure_future(member.run())))
+        return member
+
+    try:
+        yield start
+    finally:
+        for member, task in started:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await member.leave()
+
+
+def lines(caplog: pytest.LogCaptureFixture, message: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.getMessage() == message]
+
+
+async def test_unresolved_seeds_are_retried_logged_once_and_block_readiness(
+    running: Callable[[joining.Membership], joining.Membership],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="speaker.joining")
+    dns = Dns()
+    member = running(
+        joining.Membership(
+            settings("a", "members.metallb-system.svc"),
+            CollectorRegistry(),
+            lookup=dns,
+            new_backoff=quick,
+            rejoin_every=0.05,
+        )
+    )
+    assert member.reasons() == (joining.SEEDS_UNRESOLVED,)
+    await eventually(lambda: dns.asked >= 5, "several retries")
+    # Running, but not deciding liveness: the agent falls back to Node Ready.
+    assert member.member is not None
+    assert member.members() is None
+    assert member.reasons() == (joining.SEEDS_UNRESOLVED,)
+    failures = lines(caplog, "membership seeds do not resolve; retrying")
+    assert len(failures) == 1
+    record = failures[0].__dict__
+    assert record["seeds"] == "members.metallb-system.svc"
+    assert "Name or service not known" in record["error"]
+
+    member.changed.clear()
+    dns.answer = ["127.0.0.1"]
+    await eventually(lambda: member.members() == frozenset({"a"}), "membership decides")
+    assert member.reasons() == ()
+    assert member.changed.is_set()  # the agent runs a pass with membership's view
+    assert len(lines(caplog, "membership seeds resolved")) == 1
+    # A later failure keeps membership in charge and the speaker ready.
+    dns.answer = None
+    asked = dns.asked
+    await eventually(lambda: dns.asked > asked + 2, "retries after a success")
+    assert member.members() == frozenset({"a"})
+    assert member.reasons() == ()
+    assert len(lines(caplog, "membership seeds do not resolve; retrying")) == 2
+
+
+async def test_a_member_that_found_us_ends_the_wait_for_seeds(
+    running: Callable[[joining.Membership], joining.Membership],
+) -> None:
+    lonely = running(
+        joining.Membership(
+            settings("lonely", "no-such-host.invalid"),
+            CollectorRegistry(),
+            lookup=Dns(),
+            new_backoff=quick,
+        )
+    )
+    await eventually(lambda: lonely.member is not None, "lonely started")
+    assert lonely.member is not None
+    port = lonely.member.node.bind.port
+    dns = Dns()
+    dns.answer = ["127.0.0.1"]
+    running(
+        joining.Membership(
+            settings("finder", f"finder-seed:{port}"),
+            CollectorRegistry(),
+            lookup=dns,
+            new_backoff=quick,
+        )
+    )
+    await eventually(
+        lambda: lonely.members() == frozenset({"lonely", "finder"}), "lonely sees finder"
+    )
+    assert lonely.reasons() == ()
+
+
+async def test_no_seeds_means_alone_on_purpose(
+    running: Callable[[joining.Membership], joining.Membership],
+) -> None:
+    member = running(joining.Membership(settings("solo"), CollectorRegistry()))
+    assert member.reasons() == ()
+    await eventually(lambda: member.members() == frozenset({"solo"}), "started")
+
+
+async def test_a_missing_key_holds_membership_back_until_it_appears(
+    running: Callable[[joining.Membership], joining.Membership],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="speaker.joining")
+    key_dir = tmp_path / "ml"
+    registry = CollectorRegistry()
+    member = running(
+        joining.Membership(settings("keyed", key_dir=str(key_dir)), registry, new_backoff=quick)
+    )
+    await eventually(lambda: joining.KEY_MISSING in member.reasons(), "key missing reported")
+    await asyncio.sleep(0.2)  # many retries
+    assert member.member is None
+    assert member.members() is None  # never plain text in the meantime
+    missing = lines(
+        caplog, "membership key missing; membership waits for it, liveness from Node Ready"
+    )
+    assert len(missing) == 1
+    key_dir.mkdir()
+    (key_dir / "secretkey").write_text("")  # an empty key is no key
+    await eventually(
+        lambda: (
+            len(
+                lines(
+                    caplog,
+                    "membership key missing; membership waits for it, liveness from Node Ready",
+                )
+            )
+            == 2
+        ),
+        "the empty key noticed",
+    )
+    assert member.member is None
+    (key_dir / "secretkey").write_text("s3cret\n")
+    await eventually(lambda: member.members() == frozenset({"keyed"}), "started with the key")
+    assert member.reasons() == ()
+    started = getattr(member, "member")  # noqa: B009 - not narrowed by the None check above
+    assert started is not None and not started.node._sealer.keyring.plain
+    assert registry.get_sample_value("ironlb_memberlist_members", {"state": "alive"}) == 1
+
+
+async def test_an_address_that_cannot_be_bound_yet_is_retried(
+    running: Callable[[joining.Membership], joining.Membership],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="speaker.joining")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        member = running(
+            joining.Membership(
+                joining.Settings(name="late", bind="127.0.0.1", port=port),
+                CollectorRegistry(),
+                new_backoff=quick,
+            )
+        )
+        await eventually(lambda: joining.BIND_FAILED in member.reasons(), "bind failure reported")
+        await asyncio.sleep(0.2)
+        assert member.member is None
+        assert len(lines(caplog, "membership cannot bind its address; retrying")) == 1
+    await eventually(lambda: member.members() == frozenset({"late"}), "bound once free")
+    assert member.reasons() == ()
+    assert len(lines(caplog, "membership bound its address")) == 1
