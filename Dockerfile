@@ -18,6 +18,7 @@ RUN python -m venv /opt/ironlb
 # Only what the distribution is built from (see .dockerignore): tests, docs and charts stay out.
 COPY pyproject.toml README.md ./
 COPY ironlb/ ironlb/
+COPY ironlb_io/ ironlb_io/
 COPY controller/ controller/
 COPY speaker/ speaker/
 COPY ironlb_cli/ ironlb_cli/
