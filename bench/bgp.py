@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import figures  # noqa: E402
-from hack import deploy  # noqa: E402
+from hack import deploy, witness  # noqa: E402
 from hack import lab as network_lab  # noqa: E402
 from ironlb_io import kube  # noqa: E402
 from speaker.bgp import exabgp, rendering  # noqa: E402
@@ -89,79 +89,6 @@ TOR_BFD_OFF = [
     "bfd",
     f"no profile {BFD_PROFILE}",
 ]
-
-# Runs in ilb-tor: route changes from rtnetlink, one JSON line per change of a watched prefix
-# (`v`: gateways, empty when the route is gone). Stdlib only, no parsing library in between.
-WATCHER = r"""
-import ipaddress, json, socket, struct, sys, time
-nets = [ipaddress.ip_network(a) for a in sys.argv[1:]]
-RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE, NLMSG_DONE = 24, 25, 26, 3
-RTA_DST, RTA_GATEWAY, RTA_MULTIPATH, RTA_TABLE = 1, 5, 9, 15
-s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-s.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE: a 10,000-route burst fits
-s.bind((0, 0x40))  # RTMGRP_IPV4_ROUTE
-seq = 0
-def dump():
-    global seq
-    seq += 1
-    s.send(struct.pack("=IHHII", 28, RTM_GETROUTE, 0x301, seq, 0)
-           + struct.pack("=BBBBBBBBI", socket.AF_INET, 0, 0, 0, 0, 0, 0, 0, 0))
-def attrs(data):
-    out, i = {}, 0
-    while i + 4 <= len(data):
-        length, kind = struct.unpack_from("=HH", data, i)
-        if length < 4:
-            break
-        out.setdefault(kind, []).append(data[i + 4:i + length])
-        i += (length + 3) & ~3
-    return out
-def gateways(a):
-    via = [socket.inet_ntoa(g) for g in a.get(RTA_GATEWAY, [])]
-    for mp in a.get(RTA_MULTIPATH, []):
-        i = 0
-        while i + 8 <= len(mp):
-            length = struct.unpack_from("=H", mp, i)[0]
-            if length < 8:
-                break
-            via += [socket.inet_ntoa(g) for g in attrs(mp[i + 8:i + length]).get(RTA_GATEWAY, [])]
-            i += (length + 3) & ~3
-    return sorted(set(via))
-dump()
-while True:
-    try:
-        data = s.recv(1 << 20)
-    except OSError:  # ENOBUFS: events were lost; say so and read the whole table again
-        print(json.dumps({"t": time.monotonic(), "overflow": True}), flush=True)
-        dump()
-        continue
-    t = round(time.monotonic(), 6)
-    lines, i = [], 0
-    while i + 16 <= len(data):
-        length, kind = struct.unpack_from("=IH", data, i)
-        if length < 16:
-            break
-        body = data[i + 16:i + length]
-        i += (length + 3) & ~3
-        if kind == NLMSG_DONE:
-            lines.append(json.dumps({"t": t, "synced": True}))
-            continue
-        if kind not in (RTM_NEWROUTE, RTM_DELROUTE) or len(body) < 12:
-            continue
-        family, dst_len, _, _, table = struct.unpack_from("=BBBBB", body)
-        a = attrs(body[12:])
-        if RTA_TABLE in a:
-            table = struct.unpack("=I", a[RTA_TABLE][0][:4])[0]
-        if family != socket.AF_INET or table != 254 or RTA_DST not in a:
-            continue
-        net = ipaddress.ip_network((socket.inet_ntoa(a[RTA_DST][0]), dst_len))
-        if not any(net.subnet_of(n) for n in nets):
-            continue
-        via = gateways(a) if kind == RTM_NEWROUTE else []
-        lines.append(json.dumps({"t": t, "d": str(net), "v": via}))
-    if lines:
-        sys.stdout.write("\n".join(lines) + "\n")
-        sys.stdout.flush()
-"""
 
 # ExaBGP's API process for the floor: the lines are ready before the session is; a byte on the
 # FIFO says go, so several ExaBGPs start at the same moment.
@@ -221,15 +148,7 @@ class Fib:
         self.overflows = 0
         self.synced = False
         self.condition = threading.Condition()
-        self.process = lab.popen(
-            "tor",
-            sys.executable,
-            "-c",
-            WATCHER,
-            *networks,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        self.process = witness.start_fib_watcher(lab, networks)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
         if not self.wait(lambda: self.synced, timeout=10):

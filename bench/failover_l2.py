@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import select
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -31,153 +28,26 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hack import deploy  # noqa: E402
+from bench.figures import distribution  # noqa: E402
+from hack import deploy, objects, witness  # noqa: E402
 from hack import lab as network_lab  # noqa: E402
 from speaker import election  # noqa: E402
 
 NS = "metallb-system"
 WATCH_EVERY_S = 0.01
 
-WATCHER = r"""
-import ipaddress, json, select, sys, time
-from speaker.layer2 import filters, packets, probing, sockets
-interface, vip = sys.argv[1], ipaddress.ip_address(sys.argv[2])
-every = float(sys.argv[3])
-source = probing.source_of(interface)
-sock = sockets.open_raw(interface, packets.ETH_P_ARP, filters.ARP_REPLIES)
-last = None
-next_at = time.monotonic()
-while True:
-    sock.send(packets.arp_request(source.mac, source.ipv4, vip))
-    deadline = next_at + every
-    macs = set()
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        if select.select([sock], [], [], remaining)[0]:
-            for frame in sockets.read_frames(sock):
-                p = packets.parse(frame)
-                reply = isinstance(p, packets.Arp) and p.operation == packets.ARP_REPLY
-                if reply and p.sender_ip == vip:
-                    macs.add(packets.mac_text(p.sender_mac))
-    state = sorted(macs)
-    if state != last:
-        print(json.dumps({"t": time.monotonic(), "macs": state}), flush=True)
-        last = state
-    next_at = deadline
-"""
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-def distribution(values: Sequence[float]) -> dict[str, float | int | None]:
-    if not values:
-        return {"n": 0, "min": None, "median": None, "p99": None, "max": None}
-    return {
-        "n": len(values),
-        "min": round(min(values), 4),
-        "median": round(statistics.median(values), 4),
-        "p99": round(percentile(values, 0.99), 4),
-        "max": round(max(values), 4),
-    }
-
-
-class Watcher:
-    """The ToR's view of who answers for a VIP, as (monotonic time, MACs) changes."""
-
-    def __init__(self, lab: network_lab.Lab, vip: str) -> None:
-        self.process = lab.popen(
-            "tor",
-            "env",
-            f"PYTHONPATH={ROOT}",
-            sys.executable,
-            "-c",
-            WATCHER,
-            "br0",
-            vip,
-            str(WATCH_EVERY_S),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def until(self, macs: list[str], timeout: float) -> float | None:
-        """Monotonic time of the first change to exactly these MACs (None on timeout)."""
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.process.stdout], [], [], 0.2)
-            if not ready:
-                continue
-            line = self.process.stdout.readline()
-            if not line:
-                return None
-            event = json.loads(line)
-            if event["macs"] == macs:
-                return float(event["t"])
-        return None
-
-    def close(self) -> None:
-        self.process.kill()
-        self.process.wait(5)
-
-
-def kubectl_apply(lab: network_lab.Lab, *objects: dict[str, Any]) -> None:
-    lab.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
-    )
-
 
 def setup_service(lab: network_lab.Lab) -> str:
     low, high = network_lab.L2_POOL_V4
-    kubectl_apply(
+    objects.apply(
         lab,
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "IPAddressPool",
-            "metadata": {"name": "bench", "namespace": NS},
-            "spec": {"addresses": [f"{low}-{high}"]},
-        },
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "L2Advertisement",
-            "metadata": {"name": "bench", "namespace": NS},
-            "spec": {},
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "bench", "namespace": "default"},
-            "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]},
-        },
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": "bench",
-                "namespace": "default",
-                "labels": {"kubernetes.io/service-name": "bench"},
-            },
-            "addressType": "IPv4",
-            "endpoints": [
-                {"addresses": [str(lab.node_v4(i))], "nodeName": name}
-                for i, name in enumerate(lab.node_names, 1)
-            ],
-        },
+        objects.metallb("IPAddressPool", "bench", {"addresses": [f"{low}-{high}"]}),
+        objects.metallb("L2Advertisement", "bench", {}),
+        objects.service("default", "bench"),
     )
-
-    def read() -> str | None:
-        svc = json.loads(lab.kubectl("get", "service", "bench", "-n", "default", "-o", "json"))
-        ingress = svc.get("status", {}).get("loadBalancer", {}).get("ingress") or []
-        return str(ingress[0]["ip"]) if ingress else None
-
-    vip: str = deploy.wait_until("the bench Service's address", read, timeout=60)
+    # A backend on every node: the failover is the speakers', not the endpoints'.
+    objects.set_backends(lab, "default", "bench", range(1, lab.nodes + 1))
+    (vip,) = objects.ingress(lab, "default", "bench", 1)
     return vip
 
 
@@ -197,9 +67,9 @@ def trial(
     everyone = list(range(1, lab.nodes + 1))
     owner = owner_of(lab, vip, everyone)
     successor = owner_of(lab, vip, [i for i in everyone if i != owner])
-    watcher = Watcher(lab, vip)
+    watcher = witness.ArpWatcher(lab, vip, WATCH_EVERY_S)
     try:
-        if watcher.until([lab.node_mac(owner)], timeout=30) is None:
+        if watcher.until(lambda macs: macs == [lab.node_mac(owner)], timeout=30) is None:
             return None
         start = time.monotonic()
         if fault == "kill":
@@ -208,8 +78,8 @@ def trial(
             deploy.cut_link(lab, owner)
         else:
             deployment.signal_speaker(owner, signal.SIGTERM)
-        seen = watcher.until([lab.node_mac(successor)], timeout=30)
-        return None if seen is None else seen - start
+        seen = watcher.until(lambda macs: macs == [lab.node_mac(successor)], timeout=30)
+        return None if seen is None else seen[0] - start
     finally:
         watcher.close()
         if fault == "linkcut":
@@ -218,9 +88,9 @@ def trial(
             deployment.stop_speaker(owner, signal.SIGKILL)
             deployment.start_speaker(owner)
         # Wait for the owner to be back (it wins the hash again) before the next trial.
-        back = Watcher(lab, vip)
+        back = witness.ArpWatcher(lab, vip, WATCH_EVERY_S)
         try:
-            back.until([lab.node_mac(owner)], timeout=60)
+            back.until(lambda macs: macs == [lab.node_mac(owner)], timeout=60)
         finally:
             back.close()
 

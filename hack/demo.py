@@ -30,7 +30,6 @@ import ipaddress
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import subprocess
@@ -46,7 +45,7 @@ from typing import IO, Any, TypeVar
 import yaml
 
 from hack import cluster as local_cluster
-from hack import deploy, objects
+from hack import deploy, objects, witness
 from hack import lab as network_lab
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,71 +175,6 @@ def until(check: Callable[[], T | None], timeout: float, every: float = 0.1) -> 
 
 
 # --- the lab's witnesses --------------------------------------------------------------------------
-
-# Runs in the ToR: one ARP request every PROBE_EVERY_S, prints each change of who answers.
-WATCHER = r"""
-import ipaddress, json, select, sys, time
-from speaker.layer2 import filters, packets, probing, sockets
-interface, vip, every = sys.argv[1], ipaddress.ip_address(sys.argv[2]), float(sys.argv[3])
-source = probing.source_of(interface)
-sock = sockets.open_raw(interface, packets.ETH_P_ARP, filters.ARP_REPLIES)
-last, next_at = None, time.monotonic()
-while True:
-    sock.send(packets.arp_request(source.mac, source.ipv4, vip))
-    next_at += every
-    macs = set()
-    while (left := next_at - time.monotonic()) > 0:
-        if select.select([sock], [], [], left)[0]:
-            for frame in sockets.read_frames(sock):
-                p = packets.parse(frame)
-                if isinstance(p, packets.Arp) and p.operation == packets.ARP_REPLY \
-                        and p.sender_ip == vip:
-                    macs.add(packets.mac_text(p.sender_mac))
-    if sorted(macs) != last:
-        last = sorted(macs)
-        print(json.dumps({"t": time.monotonic(), "macs": last}), flush=True)
-"""
-
-
-class Watcher:
-    """The ToR's view of who answers ARP for an address, as (monotonic time, MACs) changes."""
-
-    def __init__(self, lab: network_lab.Lab, vip: str) -> None:
-        self.process = lab.popen(
-            network_lab.NS_TOR,
-            "env",
-            f"PYTHONPATH={ROOT}",
-            sys.executable,
-            "-c",
-            WATCHER,
-            "br0",
-            vip,
-            str(PROBE_EVERY_S),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-
-    def until(self, wanted: Callable[[list[str]], bool], timeout: float) -> tuple[float, list[str]]:
-        """Time and MACs of the first change that satisfies `wanted`; DemoError on timeout."""
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not select.select([self.process.stdout], [], [], 0.2)[0]:
-                continue
-            line = self.process.stdout.readline()
-            if not line:
-                raise DemoError("the ARP watcher on the ToR stopped")
-            event = json.loads(line)
-            if wanted(event["macs"]):
-                return float(event["t"]), list(event["macs"])
-        raise DemoError(f"no such ARP answer within {timeout:.0f} s")
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait(5)
-
 
 # --- the objects ----------------------------------------------------------------------------------
 
@@ -379,17 +313,10 @@ class Demo:
         return until(lambda: self.request(vip), timeout, every=0.2)
 
     def arp_macs(self, vip: str) -> list[str]:
-        out = self.lab.exec("tor", "arping", "-b", "-c", "2", "-w", "3", "-I", "br0", vip)
-        return sorted({m.lower() for m in re.findall(r"\[([0-9A-Fa-f:]{17})\]", out.stdout)})
+        return sorted(witness.arp_macs(self.lab, vip))
 
     def fib(self, prefix: str) -> list[str]:
-        out = self.lab.exec("tor", "ip", "-j", "route", "show", prefix).stdout
-        hops: set[str] = set()
-        for route in json.loads(out or "[]"):
-            if "gateway" in route:
-                hops.add(route["gateway"])
-            hops.update(h["gateway"] for h in route.get("nexthops", []) if "gateway" in h)
-        return sorted(hops)
+        return sorted(witness.fib(self.lab, prefix))
 
     # steps --------------------------------------------------------------------------------------
 
@@ -679,17 +606,21 @@ class Demo:
         assert owner is not None and self.deployment is not None
         index = self.index_of(owner)
         c.step(f"Failover: kill {owner}'s speaker (SIGKILL: no goodbye to anyone)")
-        watcher = Watcher(self.lab, v4)
+        watcher = witness.ArpWatcher(self.lab, v4, PROBE_EVERY_S)
         try:
-            watcher.until(lambda macs: macs == [self.lab.node_mac(index)], timeout=20)
+            if not watcher.until(lambda macs: macs == [self.lab.node_mac(index)], STEP_TIMEOUT_S):
+                raise DemoError(f"{owner} does not answer ARP for {v4} on the ToR's watcher")
             c.say(f"the ToR asks who has {v4} every {PROBE_EVERY_S * 1000:.0f} ms; {owner} answers")
             self.console.pause(f"kill {owner}'s speaker")
             started = time.monotonic()
             self.deployment.signal_speaker(index, signal.SIGKILL)
             with c.progress("waiting for another node to answer"):
-                seen, macs = watcher.until(
-                    lambda m: len(m) == 1 and m[0] != self.lab.node_mac(index), timeout=30
+                answered = watcher.until(
+                    lambda m: len(m) == 1 and m[0] != self.lab.node_mac(index), STEP_TIMEOUT_S
                 )
+            if answered is None:
+                raise DemoError(f"no other node answered for {v4} within {STEP_TIMEOUT_S:.0f} s")
+            seen, macs = answered
         finally:
             watcher.close()
         self.results.failover_s = seen - started

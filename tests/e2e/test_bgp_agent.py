@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hack import deploy, objects
+from hack import deploy, objects, witness
 from hack import lab as network_lab
 
 pytestmark = pytest.mark.e2e
@@ -17,19 +17,6 @@ pytestmark = pytest.mark.e2e
 NS = "metallb-system"
 MY_ASN = 64512
 FROM_BGP_POOL = {"metallb.io/address-pool": "lab-bgp"}
-
-
-def fib(lab: network_lab.Lab, prefix: str) -> set[str]:
-    """Nexthop gateways of `prefix` in the ToR's kernel FIB."""
-    family = "-6" if ":" in prefix else "-4"
-    out = lab.exec("tor", "ip", "-j", family, "route", "show", prefix).stdout
-    gateways: set[str] = set()
-    for route in json.loads(out or "[]"):
-        if "gateway" in route:
-            gateways.add(route["gateway"])
-        for hop in route.get("nexthops", []):
-            gateways.add(hop["gateway"])
-    return gateways
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +77,8 @@ def test_cluster_policy_gives_ecmp_over_every_node(
     v4, v6 = sorted(objects.ingress(lab, app_namespace, "web", 2), key=lambda a: ":" in a)
     everyone = [1, 2, 3]
     objects.wait_until(
-        "ECMP over all three nodes", lambda: fib(lab, f"{v4}/32") == nexthops_of(lab, everyone)
+        "ECMP over all three nodes",
+        lambda: witness.fib(lab, f"{v4}/32") == nexthops_of(lab, everyone),
     )
     path = json.loads(lab.vtysh(f"show bgp ipv4 unicast {v4}/32 json").stdout)["paths"][0]
     # The alias resolved to 65535:65281, which FRR prints by its well-known name.
@@ -106,7 +94,7 @@ def test_cluster_policy_gives_ecmp_over_every_node(
     mine = [s for s in statuses["items"] if s["status"]["serviceNamespace"] == app_namespace]
     assert all(s["status"]["peers"] == ["tor"] for s in mine)
     # The IPv4 session carries no IPv6 routes unless it is dual-stack (MetalLB's rule).
-    assert fib(lab, f"{v6}/128") == set()
+    assert witness.fib(lab, f"{v6}/128") == set()
 
 
 def test_local_policy_follows_the_endpoints(
@@ -116,11 +104,13 @@ def test_local_policy_follows_the_endpoints(
     objects.set_backends(lab, app_namespace, "local", [2])
     (vip,) = objects.ingress(lab, app_namespace, "local", 1)
     prefix = f"{vip}/32"
-    objects.wait_until("node2 alone", lambda: fib(lab, prefix) == nexthops_of(lab, [2]))
+    objects.wait_until("node2 alone", lambda: witness.fib(lab, prefix) == nexthops_of(lab, [2]))
     objects.set_backends(lab, app_namespace, "local", [1, 3])
-    objects.wait_until("nodes 1 and 3", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 3]))
+    objects.wait_until(
+        "nodes 1 and 3", lambda: witness.fib(lab, prefix) == nexthops_of(lab, [1, 3])
+    )
     objects.set_backends(lab, app_namespace, "local", [])
-    objects.wait_until("the route to go", lambda: fib(lab, prefix) == set())
+    objects.wait_until("the route to go", lambda: witness.fib(lab, prefix) == set())
 
 
 @pytest.mark.parametrize("how", ["sigkill", "sigterm"])
@@ -131,11 +121,17 @@ def test_a_lost_speaker_leaves_the_ecmp_set(
     objects.set_backends(lab, app_namespace, "web", [1, 2, 3])
     (vip,) = objects.ingress(lab, app_namespace, "web", 1)
     prefix = f"{vip}/32"
-    objects.wait_until("three nexthops", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 2, 3]))
+    objects.wait_until(
+        "three nexthops", lambda: witness.fib(lab, prefix) == nexthops_of(lab, [1, 2, 3])
+    )
     try:
         deployment.signal_speaker(3, signal.SIGKILL if how == "sigkill" else signal.SIGTERM)
-        objects.wait_until("node3 to leave", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 2]))
+        objects.wait_until(
+            "node3 to leave", lambda: witness.fib(lab, prefix) == nexthops_of(lab, [1, 2])
+        )
     finally:
         deployment.stop_speaker(3, signal.SIGKILL)
         deployment.start_speaker(3)
-    objects.wait_until("node3 back", lambda: fib(lab, prefix) == nexthops_of(lab, [1, 2, 3]))
+    objects.wait_until(
+        "node3 back", lambda: witness.fib(lab, prefix) == nexthops_of(lab, [1, 2, 3])
+    )

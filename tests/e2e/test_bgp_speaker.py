@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from hack import lab as network_lab
+from hack import witness
 
 pytestmark = pytest.mark.e2e
 
@@ -216,21 +217,6 @@ def tor(lab: network_lab.Lab) -> Iterator[Callable[..., None]]:
         assert not failed, f"could not restore the ToR: {failed}"
 
 
-def fib(lab: network_lab.Lab, prefix: str) -> set[str]:
-    """Nexthop gateways of `prefix` in the ToR's kernel FIB."""
-    family = "-6" if ":" in prefix else "-4"
-    out = lab.exec(network_lab.NS_TOR, "ip", "-j", family, "route", "show", prefix).stdout
-    gateways: set[str] = set()
-    for route in json.loads(out or "[]"):
-        if route.get("dst") != prefix.split("/")[0] and route.get("dst") != prefix:
-            continue
-        if "gateway" in route:
-            gateways.add(route["gateway"])
-        for hop in route.get("nexthops", []):
-            gateways.add(hop["gateway"])
-    return gateways
-
-
 def bgp_path(lab: network_lab.Lab, prefix: str) -> list[dict[str, Any]]:
     family = "ipv6" if ":" in prefix else "ipv4"
     shown = json.loads(lab.vtysh(f"show bgp {family} unicast {prefix} json").stdout or "{}")
@@ -286,8 +272,8 @@ def test_ecmp_v4_and_v6_and_withdraw(
         s.wait_state("tor6", bgp="up")
     v4 = {n.address for n in nodes}
     v6 = {n.address6 for n in nodes}
-    wait_for("ECMP /32", lambda: fib(lab, "10.252.0.10/32") == v4)
-    wait_for("ECMP /128", lambda: fib(lab, "fd00:252::10/128") == v6)
+    wait_for("ECMP /32", lambda: witness.fib(lab, "10.252.0.10/32") == v4)
+    wait_for("ECMP /128", lambda: witness.fib(lab, "fd00:252::10/128") == v6)
     (path,) = [
         p for p in bgp_path(lab, "10.252.0.10/32") if p["peer"]["peerId"] == nodes[0].address
     ]
@@ -297,10 +283,14 @@ def test_ecmp_v4_and_v6_and_withdraw(
     started = time.monotonic()
     nodes[0].announce()  # node1 withdraws everything
     wait_for(
-        "node1 nexthop gone", lambda: fib(lab, "10.252.0.10/32") == {nodes[1].address}, step=0.005
+        "node1 nexthop gone",
+        lambda: witness.fib(lab, "10.252.0.10/32") == {nodes[1].address},
+        step=0.005,
     )
     report(record_property, "withdraw_to_fib_s", time.monotonic() - started)
-    wait_for("node1 v6 nexthop gone", lambda: fib(lab, "fd00:252::10/128") == {nodes[1].address6})
+    wait_for(
+        "node1 v6 nexthop gone", lambda: witness.fib(lab, "fd00:252::10/128") == {nodes[1].address6}
+    )
     text = nodes[1].metrics()
     assert f'metallb_bgp_session_up{{peer="{TOR_V4}:179"}} 1.0' in text
     assert f'metallb_bgp_announced_prefixes_total{{peer="[{TOR_V6}]:179"}} 1.0' in text
@@ -368,7 +358,9 @@ def test_md5_session_and_wrong_password(
     s.announce("10.252.0.21")
     s.wait_state("tor-md5", bgp="up")
     s.wait_state("tor6", bgp="up")
-    wait_for("route over the MD5 session", lambda: fib(lab, "10.252.0.21/32") == {str(node)})
+    wait_for(
+        "route over the MD5 session", lambda: witness.fib(lab, "10.252.0.21/32") == {str(node)}
+    )
     assert neighbor(lab, str(node)).get("bgpState") == "Established"
     wait_for("tor6 established", lambda: uptime(lab, s.address6) is not None)
     since, v6_uptime = time.monotonic(), uptime(lab, s.address6)
@@ -378,7 +370,7 @@ def test_md5_session_and_wrong_password(
     # Same peer, wrong password: its session goes and never comes back; tor6 is untouched.
     assert s.set_peers(plain, {**md5, "password": "wrong"}) == []
     wait_for("MD5 session gone", lambda: s.session("tor-md5").get("bgp") != "up")
-    wait_for("route withdrawn", lambda: fib(lab, "10.252.0.21/32") == set())
+    wait_for("route withdrawn", lambda: witness.fib(lab, "10.252.0.21/32") == set())
     time.sleep(4)  # several connect attempts (ToR connect timer 1 s, hold 3 s)
     assert s.session("tor-md5").get("bgp") != "up"
     assert neighbor(lab, str(node)).get("bgpState") != "Established"
@@ -395,7 +387,7 @@ def test_bad_peers_do_not_disturb_a_working_one(
     assert s.set_peers(good) == []
     s.announce("10.252.0.22")
     s.wait_state("tor", bgp="up")
-    wait_for("route", lambda: fib(lab, "10.252.0.22/32") == {s.address})
+    wait_for("route", lambda: witness.fib(lab, "10.252.0.22/32") == {s.address})
     wait_for("established", lambda: uptime(lab, s.address) is not None)
     since, then = time.monotonic(), uptime(lab, s.address)
     assert then is not None
@@ -417,7 +409,7 @@ def test_bad_peers_do_not_disturb_a_working_one(
         p["name"]: True for p in bad
     }
     assert states["tor"]["bgp"] == "up"
-    assert fib(lab, "10.252.0.22/32") == {s.address}
+    assert witness.fib(lab, "10.252.0.22/32") == {s.address}
 
     assert s.set_peers(good) == []
     assert set(s.sessions()) == {"tor"}
@@ -434,16 +426,17 @@ def test_killed_exabgp_is_restarted_and_routes_return(
     s = speakers(2)
     assert s.set_peers(peer("tor", TOR_V4, node_asn(2))) == []
     s.announce("10.252.0.23", "10.252.0.24")
-    wait_for("routes", lambda: fib(lab, "10.252.0.24/32") == {s.address})
+    wait_for("routes", lambda: witness.fib(lab, "10.252.0.24/32") == {s.address})
     pid = s.pids()["tor"]
     started = time.monotonic()
     lab.exec(s.ns, "kill", "-9", str(pid), check=True)
-    wait_for("routes gone", lambda: fib(lab, "10.252.0.24/32") == set(), step=0.01)
+    wait_for("routes gone", lambda: witness.fib(lab, "10.252.0.24/32") == set(), step=0.01)
     gone = time.monotonic() - started
     wait_for(
         "routes back",
         lambda: (
-            fib(lab, "10.252.0.23/32") == {s.address} and fib(lab, "10.252.0.24/32") == {s.address}
+            witness.fib(lab, "10.252.0.23/32") == {s.address}
+            and witness.fib(lab, "10.252.0.24/32") == {s.address}
         ),
         step=0.01,
     )
@@ -490,7 +483,7 @@ def test_bfd_link_cut_drops_the_nexthop(
     for s in nodes:
         s.wait_state("tor", bgp="up", bfd="up", timeout=30)
     both = {n.address for n in nodes}
-    wait_for("ECMP", lambda: fib(lab, "10.252.0.30/32") == both)
+    wait_for("ECMP", lambda: witness.fib(lab, "10.252.0.30/32") == both)
 
     def tor_bfd_up() -> bool:
         peers = json.loads(lab.vtysh("show bfd peers json").stdout or "[]")
@@ -503,7 +496,7 @@ def test_bfd_link_cut_drops_the_nexthop(
         lab.exec(cut.ns, "ip", "link", "set", "eth0", "down", check=True)
         wait_for(
             "cut node's nexthop gone",
-            lambda: fib(lab, "10.252.0.30/32") == {nodes[1].address},
+            lambda: witness.fib(lab, "10.252.0.30/32") == {nodes[1].address},
             timeout=10,
             step=0.005,
         )
@@ -515,7 +508,7 @@ def test_bfd_link_cut_drops_the_nexthop(
     finally:
         lab.exec(cut.ns, "ip", "link", "set", "eth0", "up", check=True)
     cut.wait_state("tor", bgp="up", bfd="up", timeout=30)
-    wait_for("nexthop back", lambda: fib(lab, "10.252.0.30/32") == both, timeout=20)
+    wait_for("nexthop back", lambda: witness.fib(lab, "10.252.0.30/32") == both, timeout=20)
     text = cut.metrics()
     assert f'metallb_bfd_session_up{{peer="{TOR_V4}"}} 1.0' in text
     assert f'metallb_bfd_session_down_events{{peer="{TOR_V4}"}} 1.0' in text
@@ -531,7 +524,7 @@ def test_graceful_shutdown_withdraws_before_closing(
     assert s.set_peers(peer("tor", TOR_V4, node_asn(2), enableGracefulRestart=True)) == []
     s.announce("10.252.0.40")
     s.wait_state("tor", bgp="up")
-    wait_for("route", lambda: fib(lab, "10.252.0.40/32") == {s.address})
+    wait_for("route", lambda: witness.fib(lab, "10.252.0.40/32") == {s.address})
     pcap = tmp_path / "bgp.pcap"
     dump = lab.popen(
         network_lab.NS_TOR,
@@ -550,7 +543,7 @@ def test_graceful_shutdown_withdraws_before_closing(
         report(record_property, "graceful_close_s", took)
         assert s.proc.returncode == 0
         # Gone at once although graceful restart was negotiated: withdrawn, not left stale.
-        wait_for("route gone", lambda: fib(lab, "10.252.0.40/32") == set(), timeout=2)
+        wait_for("route gone", lambda: witness.fib(lab, "10.252.0.40/32") == set(), timeout=2)
         # tcpdump may lag on a busy machine: wait until the close itself is in the file.
         wait_for("the close in the capture", lambda: bgp_stream_from(pcap, s.address)[1], 10, 0.2)
     finally:
@@ -609,8 +602,10 @@ def test_dual_stack_session_carries_ipv6_with_explicit_next_hop(
     assert s.set_peers(dual) == []
     s.announce("10.252.0.50", "fd00:252::50")
     s.wait_state("tor-dual", bgp="up")
-    wait_for("v4 route", lambda: fib(lab, "10.252.0.50/32") == {s.address})
-    wait_for("v6 route over the v4 session", lambda: fib(lab, "fd00:252::50/128") == {s.address6})
+    wait_for("v4 route", lambda: witness.fib(lab, "10.252.0.50/32") == {s.address})
+    wait_for(
+        "v6 route over the v4 session", lambda: witness.fib(lab, "fd00:252::50/128") == {s.address6}
+    )
     s.announce("10.252.0.50")
-    wait_for("v6 route withdrawn", lambda: fib(lab, "fd00:252::50/128") == set())
-    assert fib(lab, "10.252.0.50/32") == {s.address}
+    wait_for("v6 route withdrawn", lambda: witness.fib(lab, "fd00:252::50/128") == set())
+    assert witness.fib(lab, "10.252.0.50/32") == {s.address}

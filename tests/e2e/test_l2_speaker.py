@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import re
 import signal
 from collections.abc import Iterator
 
 import pytest
 
-from hack import deploy, objects
+from hack import deploy, objects, witness
 from hack import lab as network_lab
 from speaker import election
 
@@ -46,24 +45,6 @@ def deployment(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
     )
     with deploy.deployed(lab) as d:
         yield d
-
-
-def arp_macs(lab: network_lab.Lab, vip: str) -> set[str]:
-    """MACs that answer a broadcast who-has from the ToR (arping -b keeps broadcasting)."""
-    out = lab.exec("tor", "arping", "-b", "-c", "3", "-w", "4", "-I", TOR_LAN, vip, timeout=10)
-    return {m.lower() for m in re.findall(r"\[([0-9A-Fa-f:]{17})\]", out.stdout)}
-
-
-def ndp_mac(lab: network_lab.Lab, vip: str) -> str | None:
-    out = lab.exec("tor", "ndisc6", "-r", "3", "-w", "1000", vip, TOR_LAN, timeout=10)
-    found = re.search(r"Target link-layer address: ([0-9A-Fa-f:]{17})", out.stdout)
-    return found.group(1).lower() if found else None
-
-
-def neighbour_mac(lab: network_lab.Lab, vip: str) -> str | None:
-    out = lab.exec("tor", "ip", "neigh", "show", vip, "dev", TOR_LAN)
-    found = re.search(r"lladdr ([0-9a-f:]{17})", out.stdout)
-    return found.group(1) if found else None
 
 
 def expected_owner(lab: network_lab.Lab, vip: str, nodes: list[int] | None = None) -> int:
@@ -104,10 +85,12 @@ def test_one_node_answers_arp_and_ndp(
     objects.set_backends(lab, app_namespace, "web", [1, 2, 3])
     v4, v6 = sorted(objects.ingress(lab, app_namespace, "web", 2), key=lambda a: ":" in a)
     owner4, owner6 = expected_owner(lab, v4), expected_owner(lab, v6)
-    objects.wait_until("one ARP answer", lambda: arp_macs(lab, v4) == {lab.node_mac(owner4)})
-    objects.wait_until("the NDP answer", lambda: ndp_mac(lab, v6) == lab.node_mac(owner6))
+    objects.wait_until(
+        "one ARP answer", lambda: witness.arp_macs(lab, v4) == {lab.node_mac(owner4)}
+    )
+    objects.wait_until("the NDP answer", lambda: witness.ndp_mac(lab, v6) == lab.node_mac(owner6))
     touch(lab, v4)
-    assert neighbour_mac(lab, v4) == lab.node_mac(owner4)
+    assert witness.neighbour_mac(lab, v4) == lab.node_mac(owner4)
 
     owners = {lab.node_names[owner4 - 1], lab.node_names[owner6 - 1]}
     objects.wait_until(
@@ -128,9 +111,11 @@ def test_failover_moves_the_tor_neighbour_entry(
     objects.set_backends(lab, app_namespace, "web", [1, 2, 3])
     (vip,) = objects.ingress(lab, app_namespace, "web", 1)
     owner = expected_owner(lab, vip)
-    objects.wait_until("the owner to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(owner)})
+    objects.wait_until(
+        "the owner to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(owner)}
+    )
     touch(lab, vip)
-    assert neighbour_mac(lab, vip) == lab.node_mac(owner)
+    assert witness.neighbour_mac(lab, vip) == lab.node_mac(owner)
     survivors = [i for i in range(1, lab.nodes + 1) if i != owner]
     successor = expected_owner(lab, vip, survivors)
     try:
@@ -141,10 +126,10 @@ def test_failover_moves_the_tor_neighbour_entry(
         # No flush: the new owner's gratuitous ARP must move the existing entry.
         objects.wait_until(
             "the ToR's entry to move to the successor",
-            lambda: neighbour_mac(lab, vip) == lab.node_mac(successor),
+            lambda: witness.neighbour_mac(lab, vip) == lab.node_mac(successor),
             timeout=30,
         )
-        assert arp_macs(lab, vip) == {lab.node_mac(successor)}
+        assert witness.arp_macs(lab, vip) == {lab.node_mac(successor)}
         # The old owner cannot remove its ServiceL2Status (dead, or cut off from the API
         # server): the successor does, so that status names one announcer.
         wait_for_l2_status_of(lab, app_namespace, successor, "the successor")
@@ -157,7 +142,7 @@ def test_failover_moves_the_tor_neighbour_entry(
     # The original owner wins the hash again once it is back.
     objects.wait_until(
         "the owner to take its address back",
-        lambda: arp_macs(lab, vip) == {lab.node_mac(owner)},
+        lambda: witness.arp_macs(lab, vip) == {lab.node_mac(owner)},
         timeout=40,
     )
     wait_for_l2_status_of(lab, app_namespace, owner, "the owner again")
@@ -169,11 +154,11 @@ def test_local_policy_follows_the_endpoint(
     objects.create_service(lab, app_namespace, "local", local=True, dual=False)
     objects.set_backends(lab, app_namespace, "local", [2])
     (vip,) = objects.ingress(lab, app_namespace, "local", 1)
-    objects.wait_until("node2 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(2)})
+    objects.wait_until("node2 to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(2)})
     objects.set_backends(lab, app_namespace, "local", [3])
-    objects.wait_until("node3 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(3)})
+    objects.wait_until("node3 to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(3)})
     objects.set_backends(lab, app_namespace, "local", [])
-    objects.wait_until("nobody to answer", lambda: arp_macs(lab, vip) == set())
+    objects.wait_until("nobody to answer", lambda: witness.arp_macs(lab, vip) == set())
 
 
 def test_client_reaches_the_vip_with_its_source_address_kept(
@@ -182,7 +167,7 @@ def test_client_reaches_the_vip_with_its_source_address_kept(
     objects.create_service(lab, app_namespace, "echo", local=True, dual=False)
     objects.set_backends(lab, app_namespace, "echo", [1])
     (vip,) = objects.ingress(lab, app_namespace, "echo", 1)
-    objects.wait_until("node1 to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(1)})
+    objects.wait_until("node1 to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(1)})
     answer = objects.wait_until("an answer through the VIP", lambda: objects.request(lab, vip))
     pod, node, source = answer.split()
     assert (pod, node) == (objects.pod_name("echo", 1), lab.node_names[0])

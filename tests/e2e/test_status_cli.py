@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from hack import deploy, objects
+from hack import deploy, objects, witness
 from hack import lab as network_lab
 from ironlb_cli import schema
 
@@ -56,17 +56,6 @@ def service(name: str, pool: str | None = None) -> dict[str, Any]:
 def ingress(lab: network_lab.Lab, name: str) -> list[str]:
     svc = json.loads(lab.kubectl("get", "service", name, "-n", APP, "-o", "json"))
     return [e["ip"] for e in svc.get("status", {}).get("loadBalancer", {}).get("ingress") or []]
-
-
-def arp_macs(lab: network_lab.Lab, vip: str) -> set[str]:
-    out = lab.exec("tor", "arping", "-b", "-c", "2", "-w", "3", "-I", "br0", vip, timeout=10)
-    return {m.lower() for m in re.findall(r"\[([0-9A-Fa-f:]{17})\]", out.stdout)}
-
-
-def fib(lab: network_lab.Lab, prefix: str) -> set[str]:
-    routes = json.loads(lab.exec("tor", "ip", "-j", "route", "show", prefix).stdout or "[]")
-    hops = {r["gateway"] for r in routes if "gateway" in r}
-    return hops | {h["gateway"] for r in routes for h in r.get("nexthops", [])}
 
 
 def established_on_tor(lab: network_lab.Lab) -> set[str]:
@@ -137,12 +126,14 @@ def settled(lab: network_lab.Lab) -> tuple[str, str, int, str]:
     (vip,) = objects.wait_until("web's address", lambda: ingress(lab, "web") or None, timeout=60)
     (routed,) = objects.wait_until("routed's address", lambda: ingress(lab, "routed") or None)
     macs = objects.wait_until(
-        "one ARP answer", lambda: (m := arp_macs(lab, vip)) and len(m) == 1 and m
+        "one ARP answer", lambda: (m := witness.arp_macs(lab, vip)) and len(m) == 1 and m
     )
     (mac,) = macs
     owner = next(i for i in range(1, lab.nodes + 1) if lab.node_mac(i) == mac)
     node2 = str(lab.node_v4(2))
-    objects.wait_until("routed's route via node2", lambda: fib(lab, f"{routed}/32") == {node2})
+    objects.wait_until(
+        "routed's route via node2", lambda: witness.fib(lab, f"{routed}/32") == {node2}
+    )
     everyone = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1)}
     objects.wait_until("three BGP sessions", lambda: established_on_tor(lab) >= everyone)
     return vip, routed, owner, mac
@@ -262,7 +253,7 @@ def test_text_output_and_a_dead_speaker(lab: network_lab.Lab, cluster: deploy.De
         (new_owner,) = named - {lab.node_names[victim - 1]}
         new_mac = lab.node_mac(lab.node_names.index(new_owner) + 1)
         assert objects.wait_until(
-            "the new owner to answer", lambda: arp_macs(lab, vip) == {new_mac}
+            "the new owner to answer", lambda: witness.arp_macs(lab, vip) == {new_mac}
         )
         if lab.node_names[victim - 1] in named:
             text = run_status(lab)

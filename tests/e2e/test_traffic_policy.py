@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from hack import deploy, objects
+from hack import deploy, objects, witness
 from hack import lab as network_lab
 from speaker import election
 
@@ -66,18 +65,6 @@ def deployment(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
 
 
 # --- witnesses ----------------------------------------------------------------------------------
-
-
-def arp_macs(lab: network_lab.Lab, vip: str) -> set[str]:
-    out = lab.exec("tor", "arping", "-b", "-c", "2", "-w", "3", "-I", "br0", vip, timeout=10)
-    return {m.lower() for m in re.findall(r"\[([0-9A-Fa-f:]{17})\]", out.stdout)}
-
-
-def fib(lab: network_lab.Lab, prefix: str) -> set[str]:
-    family = "-6" if ":" in prefix else "-4"
-    routes = json.loads(lab.exec("tor", "ip", "-j", family, "route", "show", prefix).stdout or "[]")
-    hops = {r["gateway"] for r in routes if "gateway" in r}
-    return hops | {h["gateway"] for r in routes for h in r.get("nexthops", [])}
 
 
 def hops(lab: network_lab.Lab, nodes: list[int]) -> set[str]:
@@ -168,7 +155,9 @@ def test_a_node_without_a_local_endpoint_drops_and_says_503(
     objects.create_service(lab, app_namespace, "local", local=True, annotations=FROM_BGP_POOL)
     objects.set_backends(lab, app_namespace, "local", [1])
     (vip,) = objects.ingress(lab, app_namespace, "local", 1)
-    objects.wait_until("the ToR to route via node1 only", lambda: fib(lab, vip) == hops(lab, [1]))
+    objects.wait_until(
+        "the ToR to route via node1 only", lambda: witness.fib(lab, vip) == hops(lab, [1])
+    )
     spec = spec_of(lab, app_namespace, "local")
     port, node_port = int(spec["healthCheckNodePort"]), int(spec["ports"][0]["nodePort"])
     objects.wait_until(
@@ -189,7 +178,9 @@ def test_a_node_without_a_local_endpoint_drops_and_says_503(
         "every node to forward",
         lambda: all(a is not None for a in objects.requests(lab, targets, timeout=1.0)),
     )
-    objects.wait_until("ECMP over every node", lambda: fib(lab, vip) == hops(lab, [1, 2, 3]))
+    objects.wait_until(
+        "ECMP over every node", lambda: witness.fib(lab, vip) == hops(lab, [1, 2, 3])
+    )
 
 
 def test_readiness_flips_move_the_l2_owner(
@@ -199,7 +190,9 @@ def test_readiness_flips_move_the_l2_owner(
     objects.set_backends(lab, app_namespace, "web", [1, 2, 3])
     (vip,) = objects.ingress(lab, app_namespace, "web", 1)
     owner = lab.node_names.index(election.owner(vip, lab.node_names) or "") + 1
-    objects.wait_until("the owner to answer", lambda: arp_macs(lab, vip) == {lab.node_mac(owner)})
+    objects.wait_until(
+        "the owner to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(owner)}
+    )
     others = [lab.node_names[i - 1] for i in range(1, lab.nodes + 1) if i != owner]
     successor = lab.node_names.index(election.owner(vip, others) or "") + 1
 
@@ -212,14 +205,15 @@ def test_readiness_flips_move_the_l2_owner(
         ),
     )
     objects.wait_until(
-        "the successor to answer alone", lambda: arp_macs(lab, vip) == {lab.node_mac(successor)}
+        "the successor to answer alone",
+        lambda: witness.arp_macs(lab, vip) == {lab.node_mac(successor)},
     )
     answer = objects.wait_until("an answer", lambda: objects.request(lab, vip))
     assert answer.split()[1] == lab.node_names[successor - 1]
 
     objects.set_ready(lab, app_namespace, objects.pod_name("web", owner), True)
     objects.wait_until(
-        "the owner to answer again", lambda: arp_macs(lab, vip) == {lab.node_mac(owner)}
+        "the owner to answer again", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(owner)}
     )
 
 
@@ -229,11 +223,11 @@ def test_readiness_flips_move_bgp_nexthops(
     objects.create_service(lab, app_namespace, "web", local=True, annotations=FROM_BGP_POOL)
     objects.set_backends(lab, app_namespace, "web", [1, 2, 3])
     (vip,) = objects.ingress(lab, app_namespace, "web", 1)
-    objects.wait_until("three nexthops", lambda: fib(lab, vip) == hops(lab, [1, 2, 3]))
+    objects.wait_until("three nexthops", lambda: witness.fib(lab, vip) == hops(lab, [1, 2, 3]))
     objects.set_ready(lab, app_namespace, objects.pod_name("web", 2), False)
-    objects.wait_until("node2 to leave", lambda: fib(lab, vip) == hops(lab, [1, 3]))
+    objects.wait_until("node2 to leave", lambda: witness.fib(lab, vip) == hops(lab, [1, 3]))
     objects.set_ready(lab, app_namespace, objects.pod_name("web", 2), True)
-    objects.wait_until("node2 back", lambda: fib(lab, vip) == hops(lab, [1, 2, 3]))
+    objects.wait_until("node2 back", lambda: witness.fib(lab, vip) == hops(lab, [1, 2, 3]))
 
 
 @pytest.mark.parametrize("mode", ["l2", "bgp"])
@@ -250,11 +244,11 @@ def test_a_terminating_but_serving_endpoint_keeps_the_announcement(
 
     def announced() -> bool:
         if mode == "bgp":
-            return fib(lab, vip) == hops(lab, [2])
-        return arp_macs(lab, vip) == {lab.node_mac(2)}
+            return witness.fib(lab, vip) == hops(lab, [2])
+        return witness.arp_macs(lab, vip) == {lab.node_mac(2)}
 
     def withdrawn() -> bool:
-        return not (fib(lab, vip) if mode == "bgp" else arp_macs(lab, vip))
+        return not (witness.fib(lab, vip) if mode == "bgp" else witness.arp_macs(lab, vip))
 
     objects.wait_until("node2 to announce", announced)
     lab.kubectl(
