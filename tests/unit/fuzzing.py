@@ -10,6 +10,7 @@ purpose; it separates "terminates" from "does not", it is not a speed requiremen
 from __future__ import annotations
 
 import collections
+import copy
 import datetime
 import signal
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 T = TypeVar("T")
 
@@ -65,8 +67,6 @@ def feed(area: str, parse: Callable[..., T], *args: Any) -> T:
 def mutate(data: bytes, draw: Callable[[Any], Any]) -> bytes:
     """One to four random edits of a valid input: flip, set to a boundary value, cut, extend,
     insert, delete or repeat a span. `draw` is a Hypothesis `data.draw`."""
-    from hypothesis import strategies as st
-
     out = bytearray(data)
     for _ in range(draw(st.integers(1, 4))):
         edit = draw(st.sampled_from(_EDITS))
@@ -89,3 +89,94 @@ def mutate(data: bytes, draw: Callable[[Any], Any]) -> bytes:
 
 
 _EDITS = ("flip", "boundary", "truncate", "extend", "insert", "delete", "repeat")
+
+
+# --- JSON: what the API (or anyone reaching the webhook) can hand a parser ------------------------
+
+
+def json_values(keys: Any = None, max_leaves: int = 25) -> Any:
+    """Any JSON value; object keys drawn from `keys` (a strategy) when given."""
+    scalars = (
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**64), 2**64)
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.text(max_size=20)
+        | st.sampled_from(_INTERESTING)
+    )
+    names = keys if keys is not None else st.text(max_size=12) | st.sampled_from(_INTERESTING)
+    return st.recursive(
+        scalars,
+        lambda children: (
+            st.lists(children, max_size=4) | st.dictionaries(names, children, max_size=4)
+        ),
+        max_leaves=max_leaves,
+    )
+
+
+# Values that parsers look at twice: addresses, ranges, durations, communities, selector words.
+_INTERESTING = (
+    "",
+    " ",
+    "10.0.0.0/24",
+    "10.0.0.1",
+    "fc00::/64",
+    "fe80::1%eth0",
+    "::ffff:10.0.0.1",
+    "1.2.3.4-1.2.3.9",
+    "1.2.3.9-1.2.3.4",
+    "0.0.0.0/0",
+    "1:2",
+    "65535:65536",
+    "large:1:2:3",
+    "90s",
+    "1m30s",
+    "-1s",
+    "9999999999h",
+    "In",
+    "NotIn",
+    "Exists",
+    "metallb-system",
+    "a",
+    "\u0000",
+    "\ud800",
+    "x" * 300,
+)
+
+
+def json_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in a JSON value, as key/index paths (the root is `()`)."""
+    out = [prefix]
+    if isinstance(value, dict):
+        for key, child in value.items():
+            out += json_paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            out += json_paths(child, (*prefix, index))
+    return out
+
+
+def mutate_json(value: Any, draw: Callable[[Any], Any], keys: Any = None) -> Any:
+    """A valid JSON document with one to three places replaced, deleted, wrapped in a list or
+    given an unknown sibling. `draw` is a Hypothesis `data.draw`."""
+    out = copy.deepcopy(value)
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(json_paths(out)))
+        replacement = draw(json_values(keys, max_leaves=8))
+        if not path:
+            out = replacement
+            continue
+        parent = out
+        for step in path[:-1]:
+            parent = parent[step]
+        last = path[-1]
+        action = draw(st.sampled_from(("replace", "delete", "wrap", "sibling")))
+        if action == "delete":
+            del parent[last]
+        elif action == "wrap":
+            parent[last] = [parent[last]]
+        elif action == "sibling" and isinstance(parent, dict):
+            parent[draw(st.text(max_size=8))] = replacement
+        else:
+            parent[last] = replacement
+    return out
