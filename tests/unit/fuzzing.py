@@ -157,15 +157,15 @@ def json_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
 
 
 def mutate_json(value: Any, draw: Callable[[Any], Any], keys: Any = None) -> Any:
-    """A valid JSON document with one to three places replaced, deleted, wrapped in a list or
-    given an unknown sibling. `draw` is a Hypothesis `data.draw`."""
+    """A valid JSON document with one to three places below the root replaced, deleted, wrapped
+    in a list or given an unknown sibling. `draw` is a Hypothesis `data.draw`."""
     out = copy.deepcopy(value)
     for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(json_paths(out)))
+        places = json_paths(out)[1:]  # the root stays: the API only ever hands over objects
+        if not places:
+            break
+        path = draw(st.sampled_from(places))
         replacement = draw(json_values(keys, max_leaves=8))
-        if not path:
-            out = replacement
-            continue
         parent = out
         for step in path[:-1]:
             parent = parent[step]
