@@ -144,6 +144,43 @@ _INTERESTING = (
 )
 
 
+# Keys of metallb.io objects, so that random JSON objects often say something a parser reads.
+OBJECT_KEYS = st.sampled_from(
+    [
+        "apiVersion",
+        "kind",
+        "metadata",
+        "name",
+        "namespace",
+        "labels",
+        "spec",
+        "addresses",
+        "autoAssign",
+        "ipAddressPools",
+        "ipAddressPoolSelectors",
+        "nodeSelectors",
+        "matchLabels",
+        "matchExpressions",
+        "key",
+        "operator",
+        "values",
+        "interfaces",
+        "peers",
+        "myASN",
+        "peerASN",
+        "peerAddress",
+        "holdTime",
+        "bfdProfile",
+        "communities",
+        "aggregationLength",
+        "localPref",
+        "serviceAllocation",
+        "namespaces",
+        "priority",
+    ]
+) | st.text(max_size=8)
+
+
 def json_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """Every place in a JSON value, as key/index paths (the root is `()`)."""
     out = [prefix]

@@ -37,41 +37,7 @@ AREA = "admission reviews"
 NS = "metallb-system"
 KINDS = [*model.CONFIG_KINDS, "Service", "", "IPAddressPool "]
 OPERATIONS = ["CREATE", "UPDATE", "DELETE", "CONNECT", "", "create"]
-# Object keys a parser reads, so that random JSON often lands where it matters.
-KEYS = st.sampled_from(
-    [
-        "apiVersion",
-        "kind",
-        "metadata",
-        "name",
-        "namespace",
-        "labels",
-        "spec",
-        "addresses",
-        "autoAssign",
-        "ipAddressPools",
-        "ipAddressPoolSelectors",
-        "nodeSelectors",
-        "matchLabels",
-        "matchExpressions",
-        "key",
-        "operator",
-        "values",
-        "interfaces",
-        "peers",
-        "myASN",
-        "peerASN",
-        "peerAddress",
-        "holdTime",
-        "bfdProfile",
-        "communities",
-        "aggregationLength",
-        "localPref",
-        "serviceAllocation",
-        "namespaces",
-        "priority",
-    ]
-) | st.text(max_size=8)
+KEYS = fuzzing.OBJECT_KEYS
 
 
 class Lister:
