@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 import prometheus_client
 from aiohttp import web
 
-from controller import allocator
+from controller import allocator, webhook
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,14 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.malformed_reviews = prometheus_client.Counter(
+            "ironlb_controller_malformed_admission_reviews",
+            "Webhook request bodies refused with 400: not JSON, not an AdmissionReview, too large",
+            ["reason"],
+            registry=r,
+        )
+        for reason in webhook.MALFORMED_REASONS:  # exported at 0, so rate() sees the first one
+            self.malformed_reviews.labels(reason)
         self.pending = gauge(
             "ironlb_controller_pending_services", "LoadBalancer Services without an address"
         )
@@ -91,6 +99,9 @@ class Metrics:
 
     def count_write(self, verb: str, resource: str) -> None:
         self.api_writes.labels(verb, resource).inc()
+
+    def count_malformed_review(self, reason: str) -> None:
+        self.malformed_reviews.labels(reason).inc()
 
     def set_pools(self, counters: dict[str, allocator.PoolCounters]) -> None:
         """Per-pool gauges from the allocator's counters; deleted pools disappear."""

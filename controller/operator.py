@@ -216,6 +216,7 @@ async def run(options: Options) -> int:
             options.namespace,
             port=options.webhook_port,
             certificate=certificate,
+            malformed=stats.count_malformed_review,
         )
         await hook.start()
         servers.append(hook)

@@ -43,6 +43,12 @@ def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _list(value: Any) -> list[Any]:
+    # A list field holding a number or an object (only a hand-made or fuzzed object can) must
+    # read as empty, not raise out of the watch handler and leave the Service unhandled.
+    return value if isinstance(value, list) else []
+
+
 def _strings(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in _mapping(value).items()}
 
@@ -93,7 +99,7 @@ class ServiceView:
 
 def _ports(spec: Mapping[str, Any]) -> tuple[allocator.Port, ...]:
     ports: list[allocator.Port] = []
-    for entry in spec.get("ports") or []:
+    for entry in _list(spec.get("ports")):
         if isinstance(entry, Mapping) and isinstance(entry.get("port"), int):
             ports.append((str(entry.get("protocol") or "TCP"), int(entry["port"])))
     return tuple(ports)
@@ -107,7 +113,7 @@ def service_view(obj: Mapping[str, Any]) -> ServiceView:
     namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
     key = services.key(obj)
     ingress = services.ingress(obj)
-    cluster_ips = [str(ip) for ip in spec.get("clusterIPs") or [] if ip]
+    cluster_ips = [str(ip) for ip in _list(spec.get("clusterIPs")) if ip]
     cluster_ip = spec.get("clusterIP")
     if cluster_ip == "None":  # headless: no cluster IP at all
         cluster_ip, cluster_ips = None, []
@@ -117,7 +123,7 @@ def service_view(obj: Mapping[str, Any]) -> ServiceView:
         namespace=namespace,
         labels=allocator.labels_of(_strings(meta.get("labels"))),
         family=requests.cluster_family(cluster_ips, str(cluster_ip) if cluster_ip else None),
-        primary_family=requests.primary_family([str(f) for f in spec.get("ipFamilies") or []]),
+        primary_family=requests.primary_family([str(f) for f in _list(spec.get("ipFamilies"))]),
         policy=requests.FamilyPolicy.parse(spec.get("ipFamilyPolicy")),
         requested=requests.requested_ips(notes, str(lb_ip) if lb_ip else None),
         requested_pool=requests.requested_pool(notes),

@@ -20,6 +20,7 @@ import base64
 import datetime
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -218,13 +219,59 @@ async def review(request: Mapping[str, Any], lister: Lister, namespace: str) -> 
 
 # --- HTTP ---
 
+# Why a body was refused with 400 (the `reason` of the malformed-reviews counter): `json` it is
+# not JSON (bad syntax, bad encoding, nested too deeply), `review` it is JSON but no
+# admission.k8s.io/v1 AdmissionReview request, `too_large` it is over the size limit.
+MALFORMED_REASONS = ("json", "review", "too_large")
+Malformed = Callable[[str], None]
+MALFORMED_LOG_PERIOD = 60.0
 
-async def answer(body: bytes, lister: Lister, namespace: str) -> tuple[int, dict[str, Any]]:
-    """HTTP status and JSON reply for one request body; 400 only when it is no AdmissionReview."""
+
+class _Throttled:
+    """Logs the first malformed body, then at most one line per period with the count since:
+    anyone who can reach the port can send garbage as fast as the log can be written."""
+
+    def __init__(self, period: float = MALFORMED_LOG_PERIOD) -> None:
+        self.period = period
+        self.next_at = 0.0
+        self.held = 0
+
+    def __call__(self, reason: str, detail: str) -> None:
+        now = time.monotonic()
+        if now < self.next_at:
+            self.held += 1
+            return
+        log.warning(
+            "webhook: refused a body that is no AdmissionReview (%s: %s); %d more since the last "
+            "such line",
+            reason,
+            detail,
+            self.held,
+        )
+        self.next_at, self.held = now + self.period, 0
+
+
+_log_malformed = _Throttled()
+
+
+async def answer(
+    body: bytes, lister: Lister, namespace: str, malformed: Malformed | None = None
+) -> tuple[int, dict[str, Any]]:
+    """HTTP status and JSON reply for one request body; 400 only when it is no AdmissionReview.
+
+    `malformed(reason)` is called for each 400 (a counter), with a reason of MALFORMED_REASONS.
+    """
     try:
-        request = request_of(json.loads(body))
-    except (ValueError, UnicodeDecodeError) as e:  # BadReview is a ValueError too
-        return 400, {"error": f"not an AdmissionReview: {e}"}
+        decoded = json.loads(body)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError too
+        # json.loads recurses once per nesting level: `[[[[...` deeper than the interpreter's
+        # recursion limit raises RecursionError, which must not escape as a 500.
+        detail = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        return _refuse("json", detail, malformed)
+    try:
+        request = request_of(decoded)
+    except BadReview as e:
+        return _refuse("review", str(e), malformed)
     verdict = await review(request, lister, namespace)
     log.info(
         "webhook: %s %s %s/%s -> %s %s",
@@ -238,9 +285,22 @@ async def answer(body: bytes, lister: Lister, namespace: str) -> tuple[int, dict
     return 200, response_of(request["uid"], verdict)
 
 
-def make_app(lister: Lister, namespace: str) -> web.Application:
+def _refuse(reason: str, detail: str, malformed: Malformed | None) -> tuple[int, dict[str, Any]]:
+    if malformed is not None:
+        malformed(reason)
+    _log_malformed(reason, detail[:200])
+    return 400, {"error": f"not an AdmissionReview: {detail}"}
+
+
+def make_app(lister: Lister, namespace: str, malformed: Malformed | None = None) -> web.Application:
     async def handle(http: web.Request) -> web.Response:
-        status, reply = await answer(await http.read(), lister, namespace)
+        try:
+            body = await http.read()
+        except web.HTTPRequestEntityTooLarge:
+            if malformed is not None:
+                malformed("too_large")
+            raise
+        status, reply = await answer(body, lister, namespace, malformed)
         return web.json_response(reply, status=status)
 
     async def healthz(_: web.Request) -> web.Response:
@@ -266,12 +326,13 @@ class WebhookServer:
         port: int = 9443,
         certificate: certs.ServingCertificate | None = None,
         hosts: Sequence[str] = ("localhost", "127.0.0.1"),
+        malformed: Malformed | None = None,
     ) -> None:
         self.host, self.requested_port = host, port
         self.certificate = certificate or certs.generate(
             hosts, now=datetime.datetime.now(datetime.UTC)
         )
-        self._app = make_app(lister, namespace)
+        self._app = make_app(lister, namespace, malformed)
         self._runner: web.AppRunner | None = None
         self.port = 0
 

@@ -325,11 +325,14 @@ def node_view(node: Object) -> desired.Node:
 
 def ready_nodes(nodes: Iterable[Object]) -> frozenset[str]:
     return election.ready_nodes(
-        {
-            str(_map(n.get("metadata")).get("name") or ""): _map(n.get("status")).get("conditions")
-            for n in nodes
-        }
+        {str(_map(n.get("metadata")).get("name") or ""): _conditions(n) for n in nodes}
     )
+
+
+def _conditions(node: Object) -> list[Mapping[str, Any]]:
+    # `status.conditions` as a list of objects; a string, a number or a list of strings there
+    # used to raise out of every pass (membership off), stopping the speaker's loop for good.
+    return [c for c in _list(_map(node.get("status")).get("conditions")) if isinstance(c, Mapping)]
 
 
 def config_of(

@@ -22,6 +22,9 @@ from prometheus_client.core import (
 from speaker.bgp import peers, speaking
 from speaker.bgp.bfd import packet as bfd_packet
 
+# Ours: MetalLB's FRR mode has no such counter (bfdd drops bad packets silently).
+MALFORMED_BFD = "ironlb_speaker_malformed_bfd_packets"
+
 
 def peer_label(peer: peers.Peer) -> str:
     host = str(peer.peer_address)
@@ -81,3 +84,9 @@ class Collector(prom_registry.Collector):
             counters["session_down_events"].add_metric([address], session.down_events)
         yield bfd_up
         yield from counters.values()
+        stats = self._speaker.bfd_stats()
+        yield CounterMetricFamily(
+            MALFORMED_BFD,
+            "BFD control packets dropped because they do not decode (RFC 5880 6.8.6 checks)",
+            value=stats.undecodable if stats else 0,
+        )

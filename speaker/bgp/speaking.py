@@ -403,6 +403,10 @@ class Speaker:
     def bfd_sessions(self) -> dict[str, bfd_machine.Session]:
         return self._bfd.sessions() if self._bfd else {}
 
+    def bfd_stats(self) -> bfd_transport.Stats | None:
+        """The BFD endpoint's receive counters; None until a peer with BFD was configured."""
+        return self._bfd.stats if self._bfd else None
+
     def peers(self) -> dict[str, peers.Peer]:
         return {name: r.peer for name, r in self._runners.items()}
 

@@ -95,7 +95,12 @@ class Announcer:
     def handle(self, port: Port, frame: bytes) -> responding.Decision:
         """Answer one received frame if it asks for an owned address on an allowed interface."""
         decision = responding.decide(packets.parse(frame), port.name, port.mac, self.owned)
-        if isinstance(decision, responding.Answer):
+        if (
+            isinstance(decision, responding.Ignore)
+            and decision.reason is responding.Reason.MALFORMED
+        ):
+            self.stats.malformed += 1
+        elif isinstance(decision, responding.Answer):
             ip = str(decision.address)
             self.stats.requests_received[ip] += 1
             try:

@@ -15,11 +15,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import registry as prom_registry
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 
 REQUESTS_RECEIVED = "metallb_layer2_requests_received"
 RESPONSES_SENT = "metallb_layer2_responses_sent"
 GRATUITOUS_SENT = "metallb_layer2_gratuitous_sent"
+# Ours (MetalLB has none): a typed counter, so it is exposed with `_total`.
+MALFORMED_FRAMES = "ironlb_speaker_malformed_layer2_frames"
 
 
 @dataclass
@@ -27,6 +29,9 @@ class Stats:
     requests_received: Counter[str] = field(default_factory=Counter)
     responses_sent: Counter[str] = field(default_factory=Counter)
     gratuitous_sent: Counter[str] = field(default_factory=Counter)
+    # Frames the kernel filter let through that are no ARP packet or neighbour solicitation /
+    # advertisement after all: truncated, a bad ICMPv6 checksum, broken options, odd ARP sizes.
+    malformed: int = 0
 
 
 class Collector(prom_registry.Collector):
@@ -51,3 +56,8 @@ class Collector(prom_registry.Collector):
             for ip, value in sorted(counts.items()):
                 metric.add_sample(name, {"ip": ip}, float(value))
             yield metric
+        yield CounterMetricFamily(
+            MALFORMED_FRAMES,
+            "ARP / neighbour discovery frames dropped because they do not parse",
+            value=self._stats.malformed,
+        )
