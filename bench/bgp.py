@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import figures  # noqa: E402
-from hack import deploy, witness  # noqa: E402
+from hack import deploy, objects, witness  # noqa: E402
 from hack import lab as network_lab  # noqa: E402
 from ironlb_io import kube  # noqa: E402
 from speaker.bgp import exabgp, rendering  # noqa: E402
@@ -628,7 +628,7 @@ def floor(lab: network_lab.Lab, fib: Fib, nodes: Sequence[int], count: int) -> d
                 )
             )
         want = node_addresses(lab, nodes)
-        deploy.wait_until("bare ExaBGP sessions", lambda: tor_established(lab) >= want, 30)
+        objects.wait_until("bare ExaBGP sessions", lambda: tor_established(lab) >= want, 30)
         descriptors = []
         deadline = time.monotonic() + 10
         for fifo in fifos:
@@ -730,7 +730,7 @@ def start_speakers(lab: network_lab.Lab, deployment: deploy.Deployment) -> None:
     for i in range(1, lab.nodes + 1):
         deployment.start_speaker(i)
     everyone = node_addresses(lab, range(1, lab.nodes + 1))
-    deploy.wait_until("every speaker's session", lambda: tor_established(lab) >= everyone, 60)
+    objects.wait_until("every speaker's session", lambda: tor_established(lab) >= everyone, 60)
 
 
 def status_to_fib(
@@ -772,7 +772,7 @@ def link_cuts(lab: network_lab.Lab, fib: Fib, cuts: int, bfd: bool) -> list[floa
             say(f"link cut {label} #{n + 1}: not every nexthop before the cut; skipped")
             continue
         if bfd:
-            deploy.wait_until("BFD up on the ToR", lambda: tor_bfd_up(lab) >= everyone, 30)
+            objects.wait_until("BFD up on the ToR", lambda: tor_bfd_up(lab) >= everyone, 30)
         # A random phase against the keepalive and BFD timers, not one set by the last trial.
         time.sleep(0.5 + (n % 4) * 0.23)
         started = time.monotonic()
@@ -810,7 +810,7 @@ def enable_bfd(lab: network_lab.Lab, fib: Fib) -> None:
     lab.vtysh("configure terminal", *TOR_BFD_ON)
     use_bfd_profile(lab)
     everyone = node_addresses(lab, range(1, lab.nodes + 1))
-    deploy.wait_until("BFD up on the ToR", lambda: tor_bfd_up(lab) >= everyone, 60)
+    objects.wait_until("BFD up on the ToR", lambda: tor_bfd_up(lab) >= everyone, 60)
     prefix = f"{small_vip(0)}/32"
     if not fib.wait(lambda: set(fib.routes.get(prefix, ())) == everyone, 60):
         raise BenchError("not every nexthop back after enabling BFD")

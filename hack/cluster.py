@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -31,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hack import pki
+from hack import pki, processes
 
 KUBERNETES_VERSION = "1.37.2"
 CACHE = Path(os.environ.get("IRONLB_CACHE", Path.home() / ".cache" / "ironlb"))
@@ -252,7 +251,7 @@ class Cluster:
         for name in COMPONENTS:
             with contextlib.suppress(OSError, ValueError):
                 pid = int(self._pidfile(name).read_text())
-                if _alive(pid):
+                if processes.alive(pid):
                     pids[name] = pid
         return pids
 
@@ -381,7 +380,7 @@ class Cluster:
             context = self._ssl_context() if verify else ssl._create_unverified_context()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            if not _alive(pid):
+            if not processes.alive(pid):
                 raise ClusterError(f"{name} exited during start-up: {self._last_log_line(name)}")
             try:
                 with urllib.request.urlopen(probe, timeout=2, context=context) as response:
@@ -548,17 +547,8 @@ class Cluster:
         # Clients first, then the apiserver, so nothing logs a storm of errors on the way down.
         for name in reversed(COMPONENTS):
             pid = pids.get(name)
-            if pid is None:
-                continue
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if _alive(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
-                _wait_gone(pid, 5.0)
+            if pid is not None:
+                processes.stop_pids([pid], group=True, timeout=STOP_TIMEOUT_S)
 
     def down(self) -> bool:
         """Stop the processes and remove the data; False if there was nothing to do."""
@@ -570,27 +560,6 @@ class Cluster:
             raise ClusterError(f"could not stop {', '.join(f'{n} ({p})' for n, p in left.items())}")
         shutil.rmtree(self.directory)
         return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours counts as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_gone(pid: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def free_ports(count: int, bind: str = "127.0.0.1") -> list[int]:

@@ -45,7 +45,7 @@ from typing import IO, Any, TypeVar
 import yaml
 
 from hack import cluster as local_cluster
-from hack import deploy, objects, witness
+from hack import deploy, objects, processes, witness
 from hack import lab as network_lab
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +60,7 @@ NODE_ASN = 64512
 BGP_ENDPOINT_NODES = (1, 3)  # the BGP Service's backends: the ToR should route via these two
 CONTROLLER_METRICS_PORT = 7472
 SPEAKER_METRICS_PORT = 7473
-STEP_TIMEOUT_S = 60.0
+STEP_TIMEOUT_S = 120.0  # what a step needs on a 2-core machine that is busy building
 PROBE_EVERY_S = 0.01
 
 T = TypeVar("T")
@@ -743,15 +743,12 @@ class Demo:
 
     def stop_ironlb(self, sig: signal.Signals) -> None:
         """Signal every speaker and the controller at once, then wait for each."""
-        processes = [] if self.deployment is None else list(self.deployment.speakers.values())
+        running = [] if self.deployment is None else list(self.deployment.speakers.values())
         if self.controller is not None:
-            processes.append(self.controller)
-        for process in processes:
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, sig)
-        for process in processes:
-            stop_process(process)
+            running.append(self.controller)
+        processes.stop_pids([p.pid for p in running if p.poll() is None], sig=sig, group=True)
+        for process in running:
+            processes.stop(process)  # reaps it
         if self.deployment is not None:
             self.deployment.stop()  # reaps what is left, closes its log files
         self.controller = None
@@ -788,20 +785,6 @@ class Demo:
         for kind, those in names.items():
             with contextlib.suppress(network_lab.LabError):
                 self.kubectl("delete", kind.lower(), *those, "-n", MS, "--ignore-not-found")
-
-
-def stop_process(process: subprocess.Popen[Any], timeout: float = 10.0) -> None:
-    """SIGTERM to the process group `lab.popen` gave it, SIGKILL if it lingers."""
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(5)
 
 
 # --- running it -----------------------------------------------------------------------------------

@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hack import lab as network_lab
-from hack import tools
-from hack.objects import wait_until as wait_until  # benches wait through deploy
+from hack import processes, tools
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMBERSHIP_PORT = 7946
@@ -150,11 +149,11 @@ class Deployment:
         process = self.speakers.pop(index, None)
         if process is None:
             return
-        _stop(process, sig)
+        processes.stop(process, sig)
 
     def stop_controller(self, sig: signal.Signals = signal.SIGTERM) -> None:
         if self.controller is not None:
-            _stop(self.controller, sig)
+            processes.stop(self.controller, sig)
             self.controller = None
 
     def stop(self) -> None:
@@ -168,18 +167,6 @@ class Deployment:
     def logs(self, name: str) -> str:
         path = self.log_dir / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
-
-
-def _stop(process: subprocess.Popen[Any], sig: signal.Signals, timeout: float = 10.0) -> None:
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(5)
 
 
 @contextlib.contextmanager

@@ -48,6 +48,7 @@ from types import TracebackType
 from typing import Any
 
 from hack import cluster as local_cluster
+from hack import processes
 
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / "crds"
@@ -219,31 +220,9 @@ def _namespace_pids(ns: str) -> list[int]:
     return [int(p) for p in result.stdout.split() if p.isdigit() and int(p) != os.getpid()]
 
 
-def _alive(pid: int) -> bool:
-    """True while the process exists and is not a zombie (a zombie has left its namespace)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def _stop(pids: Sequence[int], timeout: float = STOP_TIMEOUT_S) -> list[int]:
     """SIGTERM, then SIGKILL what is left; returns pids that survived both."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    for pid in pids:
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return [p for p in pids if _alive(p)]
+    return processes.stop_pids(pids, timeout=timeout)
 
 
 def _last_line(path: Path) -> str:
@@ -726,7 +705,7 @@ class Lab:
     def kube_proxy_pid(self, index: int) -> int | None:
         with contextlib.suppress(OSError, ValueError):
             pid = int((self._node_dir(index) / "kube-proxy.pid").read_text())
-            if _alive(pid):
+            if processes.alive(pid):
                 return pid
         return None
 

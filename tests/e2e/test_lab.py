@@ -13,6 +13,7 @@ import pytest
 
 from hack import cluster as local_cluster
 from hack import lab as network_lab
+from hack import processes
 
 pytestmark = pytest.mark.e2e
 
@@ -208,7 +209,7 @@ def test_down_leaves_nothing_and_up_is_all_or_nothing(lab: network_lab.Lab, tmp_
         helper.wait(timeout=10)
         for pid in [*frr_pids, *cluster_pids, *proxy_pids]:
             assert pid is not None
-            assert not network_lab._alive(pid), pid
+            assert not processes.alive(pid), pid
         assert not lab.directory.exists()
         assert not lab.frr_directory.exists()
         assert lab.down() is False
