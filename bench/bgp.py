@@ -280,15 +280,6 @@ class Api:
         self.connection.close()
 
 
-def kubectl_apply(lab: network_lab.Lab, *objects: dict[str, Any]) -> None:
-    lab.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
-    )
-
-
 def service(namespace: str, name: str, pool: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -683,7 +674,7 @@ def configure(lab: network_lab.Lab, trials: int) -> None:
     """Pools, the ToR as a BGPPeer, a BFD profile (used later), the small pool's advertisement
     and the Services of the status-to-FIB trials (no address yet)."""
     lab.kubectl("create", "namespace", APP_NS)
-    kubectl_apply(
+    objects.apply(
         lab,
         pool("bench", SMALL_POOL),
         pool("bench-bulk", BULK_NET),
@@ -885,19 +876,19 @@ def bulk(
     expected = lab.nodes * (count + trials)
     path = STATUS_PATH
     synced: float | None = None
-    objects = api.count(path)
+    written_objects = api.count(path)
     deadline = started + status_timeout
-    while objects < expected and time.monotonic() < deadline:
+    while written_objects < expected and time.monotonic() < deadline:
         time.sleep(0.5)
-        objects = api.count(path)
-    if objects >= expected:
+        written_objects = api.count(path)
+    if written_objects >= expected:
         synced = time.monotonic() - started
     at_status = Usage.take(lab, deployment)
     say(
-        f"ServiceBGPStatus objects: {objects} / {expected}"
+        f"ServiceBGPStatus objects: {written_objects} / {expected}"
         + ("" if synced is None else f" after {synced:.1f} s")
     )
-    written = objects - lab.nodes * trials
+    written = written_objects - lab.nodes * trials
     return {
         "count": count,
         "first_route_s": rounded(None if one is None else one - started, 3),
@@ -905,7 +896,7 @@ def bulk(
         "all_nexthops_s": rounded(None if every is None else every - started, 3),
         "in_fib": fib.any_count,
         "fib_dump_count": fib_dump_count(lab, BULK_NET),
-        "status_objects": objects,
+        "status_objects": written_objects,
         "status_objects_expected": expected,
         "status_sync_s": rounded(synced, 1),
         "status_objects_per_s": round(written / (time.monotonic() - started), 1),

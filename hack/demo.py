@@ -184,14 +184,7 @@ def configuration() -> list[dict[str, Any]]:
     l2_v4 = f"{network_lab.L2_POOL_V4[0]}-{network_lab.L2_POOL_V4[1]}"
     l2_v6 = f"{network_lab.L2_POOL_V6[0]}-{network_lab.L2_POOL_V6[1]}"
 
-    def obj(kind: str, name: str, spec: dict[str, Any], version: str = "v1beta1") -> dict[str, Any]:
-        return {
-            "apiVersion": f"metallb.io/{version}",
-            "kind": kind,
-            "metadata": {"name": name, "namespace": MS},
-            "spec": spec,
-        }
-
+    obj = objects.metallb
     return [
         obj("IPAddressPool", L2_POOL, {"addresses": [l2_v4, l2_v6]}),
         obj("L2Advertisement", L2_POOL, {"ipAddressPools": [L2_POOL]}),
