@@ -401,7 +401,7 @@ def start(node_dir: Path, netns: str, script: Path) -> subprocess.Popen[bytes]:
     with open(state / "wrapper.log", "ab") as out:
         process = subprocess.Popen(
             [
-                "setsid",
+                # start_new_session is the `setsid` (the setsid command would fork and exit).
                 "unshare", "--mount", "--propagation", "slave",
                 "nsenter", f"--net=/run/netns/{netns}",
                 str(script), str(state),

@@ -510,7 +510,7 @@ class Lab:
         if binaries:
             raise LabError(f"missing {', '.join(binaries)}: run `hack/cluster install` first")
         if self.kubelet_nodes:
-            tools = ["containerd", "runc", "ctr", "unshare", "setsid", "/usr/lib/cni/bridge"]
+            tools = ["containerd", "runc", "ctr", "unshare", "/usr/lib/cni/bridge"]
             missing = [t for t in tools if shutil.which(t) is None]
             if missing:
                 raise LabError(
@@ -1047,28 +1047,30 @@ class Lab:
                     json.dumps({"spec": {"taints": None}}),
                 )
             )
-            if i in self.kubelet_nodes:
-                continue  # its kubelet reports addresses, capacity and conditions
-            status = {
-                "addresses": [
-                    {"type": "InternalIP", "address": str(node_v4(i))},
-                    {"type": "InternalIP", "address": str(node_v6(i))},
-                    {"type": "Hostname", "address": node_name(i)},
-                ],
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": "lab node (its Pods run under hack/podagent, no kubelet)",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-                # What the scheduler fits Pods into.
-                "capacity": NODE_CAPACITY,
-                "allocatable": NODE_CAPACITY,
-            }
+            addresses = [
+                {"type": "InternalIP", "address": str(node_v4(i))},
+                {"type": "InternalIP", "address": str(node_v6(i))},
+                {"type": "Hostname", "address": node_name(i)},
+            ]
+            status: dict[str, Any] = {"addresses": addresses}
+            if i not in self.kubelet_nodes:
+                # A kubelet reports capacity and conditions itself, and the same addresses;
+                # they are set here too because kube-proxy exits when its node's IPs change.
+                status |= {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "reason": "KubeletReady",
+                            "message": "lab node (its Pods run under hack/podagent, no kubelet)",
+                            "lastHeartbeatTime": now,
+                            "lastTransitionTime": now,
+                        }
+                    ],
+                    # What the scheduler fits Pods into.
+                    "capacity": NODE_CAPACITY,
+                    "allocatable": NODE_CAPACITY,
+                }
             # A merge patch, not server-side apply: SSA keys node addresses by type, which
             # rejects the two InternalIPs of a dual-stack node.
             patches.append(
