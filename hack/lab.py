@@ -1127,6 +1127,12 @@ class Lab:
         for process in self._node_wrappers.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=1)
+        # The apiserver drains open watches before it exits: its clients in the node
+        # namespaces (kube-proxy, pod agents, speakers) go first, so it stops at once.
+        clients = [pid for ns in _lab_namespaces() if ns != NS_CP for pid in _namespace_pids(ns)]
+        if clients:
+            did = True
+            _stop(clients)
         cluster_dir = self.directory / "cluster"
         if cluster_dir.exists():
             did = True
