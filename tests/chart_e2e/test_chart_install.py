@@ -12,6 +12,7 @@ cluster DNS to resolve the default seed (the members Service's name).
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ POOL = "chart-l2"
 RANGES = ["10.250.0.200-10.250.0.210"]
 APP = "web"
 HELM_TIMEOUT = "240s"
+HELM_BOUND_S = 300.0
 # The client loop during `helm upgrade`: bounded in connections and time.
 UPGRADE_MAX_CONNECTIONS = 2000
 UPGRADE_MAX_S = 240.0
@@ -56,8 +58,20 @@ class Release:
             "--set", f"speaker.memberlist.seeds={{{seeds}}}",
         ]  # fmt: skip
 
-    def helm(self, *args: str) -> str:
-        return self.tools.helm(*args).stdout
+    def helm(self, *args: str, check: bool = True) -> str:
+        """helm against the lab; bounded a little beyond helm's own --timeout."""
+        argv = [str(chart_support.helm_binary()), f"--kubeconfig={self.lab.kubeconfig}", *args]
+        try:
+            result = subprocess.run(
+                argv, capture_output=True, text=True, env=self.tools.env, timeout=HELM_BOUND_S
+            )
+        except subprocess.TimeoutExpired as e:
+            if check:
+                raise AssertionError(f"helm {args[0]} did not end in {HELM_BOUND_S:.0f} s") from e
+            return ""
+        if check and result.returncode != 0:
+            raise AssertionError(f"helm {args[0]} failed: {result.stderr.strip()[-1500:]}")
+        return result.stdout
 
     def pods(self) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = objects.get(self.lab, "pods", "-n", NS)["items"]
@@ -80,7 +94,7 @@ def release(lab: network_lab.Lab, built: images.Built) -> Iterator[Release]:
         try:
             yield r
         finally:
-            r.tools.helm("uninstall", RELEASE, "-n", NS, "--wait", check=False)
+            r.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "60s", check=False)
             lab.kubectl("delete", "namespace", "chart-app", "--ignore-not-found", "--wait=false")
 
 
