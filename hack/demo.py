@@ -466,8 +466,12 @@ class Demo:
 
         c = self.console
         c.step("ironlb from its Helm chart: a controller Deployment and a speaker DaemonSet")
-        with c.progress("the images (built from the Dockerfile once, then cached)"):
-            built = images.build()
+        try:
+            with c.progress("the images (built from the Dockerfile once, then cached)"):
+                built = images.build()
+            helm = tools.helm()
+        except (images.ImageError, tools.ToolError) as e:
+            raise DemoError(str(e)) from e
         # No cluster DNS in the lab: the membership seeds are the nodes' addresses.
         seeds = ",".join(str(self.lab.node_v4(i)) for i in range(1, self.lab.nodes + 1))
         values = [
@@ -491,7 +495,7 @@ class Demo:
         }
         with c.progress("helm install --wait (every Pod Ready through the chart's probes)"):
             result = subprocess.run(
-                [str(tools.helm()), *argv[1:], "--timeout", "240s"],
+                [str(helm), *argv[1:], "--timeout", "240s"],
                 cwd=ROOT,
                 env=env,
                 capture_output=True,
