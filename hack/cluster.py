@@ -233,6 +233,12 @@ class Cluster:
     version: str = KUBERNETES_VERSION
     # kube-controller-manager and kube-scheduler beside the apiserver.
     controllers: bool = True
+    # For Pods that use in-cluster configuration (kubelet nodes): the address the `kubernetes`
+    # Service's endpoints point at (`lease`: the apiserver keeps them), and webhooks called at
+    # their Pods' addresses rather than through a Service IP (no kube-proxy beside the apiserver).
+    advertise_address: str | None = None
+    endpoint_reconciler: str = "none"
+    aggregator_routing: bool = False
 
     @property
     def kubeconfig(self) -> Path:
@@ -441,7 +447,7 @@ class Cluster:
                 str(binary("kube-apiserver", self.version)),
                 f"--etcd-servers={self._etcd_url(self.ports.etcd_client)}",
                 f"--bind-address={'0.0.0.0' if self.netns else self.bind}",
-                f"--advertise-address={self.bind}",
+                f"--advertise-address={self.advertise_address or self.bind}",
                 f"--secure-port={self.ports.apiserver}",
                 f"--tls-cert-file={d / 'apiserver.crt'}",
                 f"--tls-private-key-file={d / 'apiserver.key'}",
@@ -456,8 +462,10 @@ class Cluster:
                 "--max-requests-inflight=2000",
                 "--max-mutating-requests-inflight=1000",
                 "--profiling=false",
-                # Nothing here runs in-cluster, and a loopback address cannot be an endpoint.
-                "--endpoint-reconciler-type=none",
+                # Without kubelet nodes nothing runs in-cluster, and a loopback address cannot be
+                # an endpoint.
+                f"--endpoint-reconciler-type={self.endpoint_reconciler}",
+                f"--enable-aggregator-routing={str(self.aggregator_routing).lower()}",
                 "--event-ttl=1h",
                 # Node names do not resolve here; nodes are reached by their InternalIP.
                 "--kubelet-preferred-address-types=InternalIP,Hostname",

@@ -18,6 +18,11 @@ experiment for real: with Cluster the backend sees a node's address, with Local 
 each node's healthCheckNodePort says whether it has a local endpoint.
 Everything is removed at the end, on Ctrl-C and on SIGTERM, unless --keep.
 
+`--chart` installs ironlb as users do instead: every node runs a real kubelet with containerd
+(`hack/lab up --kubelet-nodes`), the images are built from the project's Dockerfile
+(`hack/images.py`), and `helm install` of charts/ironlb runs the controller Deployment and the
+speaker DaemonSet as Pods (webhook on, with the chart's certificate and memberlist Secret).
+
 `--lab-dir DIR` runs the demo on a lab that is already up (`hack/lab up --dir DIR`, or a test
 session's) and leaves the lab itself running afterwards, removing only what the demo added.
 """
@@ -247,6 +252,7 @@ class Demo:
     lab: network_lab.Lab
     own_lab: bool  # False: the lab was up before and stays up
     keep: bool = False
+    chart: bool = False  # ironlb from `helm install` onto kubelet nodes, not processes
     deployment: deploy.Deployment | None = None
     controller: subprocess.Popen[Any] | None = None
     results: Results = field(default_factory=Results)
@@ -326,6 +332,11 @@ class Demo:
                 self.lab.up()
         else:
             c.say(f"using the lab that is already up in {self.lab.directory}")
+        if self.chart:
+            c.say(
+                "every node runs containerd and a real kubelet (its own mount namespace and "
+                "cgroup); the images come from our Dockerfile, built locally with buildah"
+            )
         c.ok("lab up; the metallb.io CRDs are installed:")
         crds = self.kubectl("get", "crd", "-o", "name")
         c.say(", ".join(sorted(line.split("/")[-1] for line in crds.split())))
@@ -369,6 +380,67 @@ class Demo:
             f"underneath, as in a cluster: kube-proxy ({self.lab.proxy_mode} mode) on every "
             "node, kube-controller-manager and kube-scheduler in ilb-cp"
         )
+
+    def install_chart(self) -> None:
+        from hack import images, tools
+
+        c = self.console
+        c.step("ironlb from its Helm chart: a controller Deployment and a speaker DaemonSet")
+        try:
+            with c.progress("the images (built from the Dockerfile once, then cached)"):
+                built = images.build()
+            helm = tools.helm()
+        except (images.ImageError, tools.ToolError) as e:
+            raise DemoError(str(e)) from e
+        # No cluster DNS in the lab: the membership seeds are the nodes' addresses.
+        seeds = ",".join(str(self.lab.node_v4(i)) for i in range(1, self.lab.nodes + 1))
+        values = [
+            f"controller.image.repository={built.controller.repository}",
+            f"controller.image.tag={built.controller.tag}",
+            f"speaker.image.repository={built.speaker.repository}",
+            f"speaker.image.tag={built.speaker.tag}",
+            f"prometheus.metricsPort={SPEAKER_METRICS_PORT}",
+            f"speaker.memberlist.seeds={{{seeds}}}",
+        ]
+        argv = ["helm", "install", "ironlb", "charts/ironlb", "-n", MS, "--wait"]
+        for value in values:
+            argv += ["--set", value]
+        home = self.lab.directory / "helm"
+        env = {
+            **os.environ,
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_DATA_HOME": str(home / "data"),
+            "KUBECONFIG": str(self.lab.kubeconfig),
+        }
+        with c.progress("helm install --wait (every Pod Ready through the chart's probes)"):
+            result = subprocess.run(
+                [str(helm), *argv[1:], "--timeout", "240s"],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        head = "\n".join(result.stdout.splitlines()[:6])
+        self.console.shell("root", argv, head + result.stderr)
+        if result.returncode != 0:
+            raise DemoError(f"helm install failed: {result.stderr.strip()[-300:]}")
+        self.kubectl("get", "pods", "-n", MS, "-o", "wide", show=True)
+        c.ok(
+            f"controller and speakers run as Pods from {built.controller.repository} and "
+            f"{built.speaker.repository}:{built.speaker.tag}; the webhook is served by the "
+            "controller Pod"
+        )
+
+    def speaker_pid(self, index: int) -> int | None:
+        """The speaker container's process on node `index` (host network: in the node's netns)."""
+        for pid in network_lab._namespace_pids(network_lab.node_namespace(index)):
+            with contextlib.suppress(OSError):
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if any(a.endswith(b"ironlb-speaker") for a in argv[:2]):
+                    return pid
+        return None
 
     def configure(self) -> None:
         c = self.console
@@ -596,7 +668,7 @@ class Demo:
         c = self.console
         v4 = next(a for a in self.results.l2_addresses if ":" not in a)
         owner = self.results.l2_owner
-        assert owner is not None and self.deployment is not None
+        assert owner is not None and (self.chart or self.deployment is not None)
         index = self.index_of(owner)
         c.step(f"Failover: kill {owner}'s speaker (SIGKILL: no goodbye to anyone)")
         watcher = witness.ArpWatcher(self.lab, v4, PROBE_EVERY_S)
@@ -606,7 +678,13 @@ class Demo:
             c.say(f"the ToR asks who has {v4} every {PROBE_EVERY_S * 1000:.0f} ms; {owner} answers")
             self.console.pause(f"kill {owner}'s speaker")
             started = time.monotonic()
-            self.deployment.signal_speaker(index, signal.SIGKILL)
+            if self.deployment is not None:
+                self.deployment.signal_speaker(index, signal.SIGKILL)
+            else:
+                pid = self.speaker_pid(index)
+                if pid is None:
+                    raise DemoError(f"no speaker process in {network_lab.node_namespace(index)}")
+                os.kill(pid, signal.SIGKILL)  # the kubelet restarts the container later
             with c.progress("waiting for another node to answer"):
                 answered = watcher.until(
                     lambda m: len(m) == 1 and m[0] != self.lab.node_mac(index), STEP_TIMEOUT_S
@@ -639,7 +717,7 @@ class Demo:
             left = until(fewer, 10) or []
             via = ", ".join(by_address.get(h, h) for h in left) or "nothing"
             c.say(f"BGP: {owner}'s sessions died with it; the ToR now routes {vip} via {via}")
-        if self.keep:
+        if self.keep and self.deployment is not None:
             self.deployment.stop_speaker(index, signal.SIGKILL)
             self.deployment.start_speaker(index)
             c.say(f"{owner}'s speaker restarted: it takes {v4} back once it has rejoined")
@@ -649,9 +727,17 @@ class Demo:
         self.console.fail(text)
 
     def speaker_log_tail(self, word: str, lines: int = 4) -> None:
-        assert self.deployment is not None
         for name in self.lab.node_names:
-            text = self.deployment.logs(f"speaker-{name}")
+            if self.deployment is not None:
+                text = self.deployment.logs(f"speaker-{name}")
+            else:
+                try:
+                    pods = self.get("pods", "-n", MS, "--field-selector", f"spec.nodeName={name}")
+                    names = [p["metadata"]["name"] for p in pods["items"]]
+                    speaker = next(n for n in names if "speaker" in n)
+                    text = self.lab.kubectl("logs", "-n", MS, speaker)
+                except (network_lab.LabError, StopIteration):
+                    continue
             hits = [line for line in text.splitlines() if word in line.lower()][-lines:]
             if hits:
                 self.console.say(f"speaker-{name}.log, last lines about {word!r}:")
@@ -685,6 +771,9 @@ class Demo:
             )
         else:
             c.say("failover time: not measured")
+        if self.chart:
+            with contextlib.suppress(network_lab.LabError):
+                self.kubectl("get", "pods", "-n", MS, "-o", "wide", show=True)
         if r.failures:
             c.say(f"result: {len(r.failures)} problem(s):")
             for failure in r.failures:
@@ -817,6 +906,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--lab-dir", type=Path, default=None, help="use the lab already up in DIR; leave it up"
     )
+    parser.add_argument(
+        "--chart",
+        action="store_true",
+        help="kubelet nodes, images from the Dockerfile, ironlb installed with helm",
+    )
     return parser.parse_args(argv)
 
 
@@ -856,8 +950,11 @@ def prepare(console: Console, args: argparse.Namespace) -> Demo | None:
                 f"error: the lab already has pools ({', '.join(others)}); they would clash"
             )
             return None
+        if args.chart:
+            console.line("error: --chart brings up a lab of its own; leave out --lab-dir")
+            return None
         return Demo(console, lab, own_lab=False, keep=args.keep)
-    lab = network_lab.Lab(nodes=3)
+    lab = network_lab.Lab(nodes=3, kubelet_nodes=(1, 2, 3) if args.chart else ())
     lab.check_prerequisites()
     if network_lab._lab_namespaces() or lab.directory.exists():
         console.say(f"a lab is already up (or left behind) in {lab.directory}")
@@ -865,7 +962,7 @@ def prepare(console: Console, args: argparse.Namespace) -> Demo | None:
             return None
         with console.progress("removing the old lab"):
             lab.down()
-    return Demo(console, lab, own_lab=True, keep=args.keep)
+    return Demo(console, lab, own_lab=True, keep=args.keep, chart=args.chart)
 
 
 def play(demo: Demo, started: float) -> int:
@@ -875,7 +972,10 @@ def play(demo: Demo, started: float) -> int:
     finished = interrupted = False
     try:
         demo.bring_up(demo.lab.nodes)
-        demo.start_ironlb()
+        if demo.chart:
+            demo.install_chart()
+        else:
+            demo.start_ironlb()
         demo.configure()
         demo.create_services()
         c.pause("see who answers for the addresses")

@@ -48,7 +48,7 @@ from types import TracebackType
 from typing import Any
 
 from hack import cluster as local_cluster
-from hack import processes
+from hack import kubelet_node, processes
 
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / "crds"
@@ -331,6 +331,9 @@ class Lab:
     nodes: int = 3
     directory: Path = DEFAULT_DIR
     proxy_mode: str = "nftables"
+    # Nodes (1-based) that run containerd + a real kubelet instead of hack/podagent
+    # (hack/kubelet_node.py); they register their Node objects themselves.
+    kubelet_nodes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         self.directory = Path(self.directory).resolve()
@@ -338,6 +341,10 @@ class Lab:
             raise LabError(f"--nodes must be between 1 and {MAX_NODES}, not {self.nodes}")
         if self.proxy_mode not in PROXY_MODES:
             raise LabError(f"--proxy-mode must be one of {', '.join(PROXY_MODES)}")
+        self.kubelet_nodes = tuple(sorted(set(self.kubelet_nodes)))
+        if any(not 1 <= i <= self.nodes for i in self.kubelet_nodes):
+            raise LabError(f"--kubelet-nodes must be node indexes in 1..{self.nodes}")
+        self._node_wrappers: dict[int, subprocess.Popen[bytes]] = {}
 
     # names and addresses -------------------------------------------------------------------------
 
@@ -380,6 +387,11 @@ class Lab:
             ports=local_cluster.Ports(APISERVER_PORT, 2379, 2380),
             netns=NS_CP,
             extra_addresses=(str(CP_LAN_V4), str(CP_LAN_V6)),
+            # Pods on kubelet nodes reach the apiserver through the `kubernetes` Service, whose
+            # endpoint must be an address they can route to: the LAN one.
+            advertise_address=str(CP_LAN_V4) if self.kubelet_nodes else None,
+            endpoint_reconciler="lease" if self.kubelet_nodes else "none",
+            aggregator_routing=bool(self.kubelet_nodes),
         )
 
     @property
@@ -475,6 +487,14 @@ class Lab:
         binaries = local_cluster.missing_binaries()
         if binaries:
             raise LabError(f"missing {', '.join(binaries)}: run `hack/cluster install` first")
+        if self.kubelet_nodes:
+            tools = ["containerd", "runc", "ctr", "unshare", "/usr/lib/cni/bridge"]
+            missing = [t for t in tools if shutil.which(t) is None]
+            if missing:
+                raise LabError(
+                    f"missing {', '.join(missing)} for kubelet nodes: run hack/setup "
+                    "(Debian: containerd runc containernetworking-plugins)"
+                )
 
     def up(self) -> None:
         self.check_prerequisites()
@@ -496,6 +516,15 @@ class Lab:
             raise LabError(
                 f"stale lab directory {self.directory}; run `hack/lab down --dir {self.directory}`"
             )
+        built = None
+        if self.kubelet_nodes:
+            # Cached: only a changed Dockerfile, source or base is rebuilt.
+            from hack import images
+
+            try:
+                built = images.build()
+            except images.ImageError as e:
+                raise LabError(str(e)) from e
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             (self.directory / MARKER).write_text(
@@ -504,6 +533,7 @@ class Lab:
                         "nodes": self.nodes,
                         "frr": str(self.frr_directory),
                         "proxy_mode": self.proxy_mode,
+                        "kubelet_nodes": list(self.kubelet_nodes),
                     }
                 )
                 + "\n"
@@ -519,9 +549,14 @@ class Lab:
             self._prepare_cluster()
             for i in range(1, self.nodes + 1):
                 self.start_kube_proxy(i)
-                self._start_pod_agent(i)
+                if i not in self.kubelet_nodes:
+                    self._start_pod_agent(i)
+            if built is not None:
+                self._start_kubelet_nodes(built.for_nodes, built.pause.name)
             self._wait_frr()
             self.wait_kube_proxies()
+            if built is not None:
+                self.wait_kubelet_nodes()
         except BaseException:
             with contextlib.suppress(Exception):
                 self.down()
@@ -621,6 +656,13 @@ class Lab:
             ]
             if ns == NS_CP:
                 commands += ["link set eth-host up", f"addr add {CP_HOST_V4}/30 dev eth-host"]
+                if self.kubelet_nodes:
+                    # Pods that call the apiserver (and the webhooks it calls) need a way back.
+                    for i in range(1, self.nodes + 1):
+                        commands += [
+                            f"route add {pod_cidr_v4(i)} via {node_v4(i)}",
+                            f"route add {pod_cidr_v6(i)} via {node_v6(i)}",
+                        ]
             if ns in self.node_namespaces:
                 commands += self._pod_network(self.node_namespaces.index(ns) + 1)
             _ip_batch(commands, ns, f"configuring {ns}")
@@ -796,6 +838,78 @@ class Lab:
                 start_new_session=True,
             )
 
+    def _start_kubelet_nodes(self, built: Sequence[Any], pause: str) -> None:
+        """containerd + kubelet in each kubelet node (hack/kubelet_node.py), images imported."""
+        import concurrent.futures
+
+        kubelet_node.ensure_mountpoints(self.directory)
+        kubelet_node.save_sysctls(self.directory)
+        for i in self.kubelet_nodes:
+            script = kubelet_node.prepare(
+                self._node_dir(i),
+                name=node_name(i),
+                netns=node_namespace(i),
+                node_ips=[str(node_v4(i)), str(node_v6(i))],
+                subnets=[
+                    (str(pod_cidr_v4(i)), str(pod_gateway_v4(i))),
+                    (str(pod_cidr_v6(i)), str(pod_gateway_v6(i))),
+                ],
+                bridge=POD_BRIDGE,
+                kubeconfig=self.node_kubeconfig,
+                ca=self.cluster.directory / "ca.crt",
+                pause=pause,
+            )
+            self._node_wrappers[i] = kubelet_node.start(
+                self._node_dir(i), node_namespace(i), script
+            )
+
+        def load(i: int) -> None:
+            kubelet_node.wait_containerd(self._node_dir(i), self._node_wrappers[i])
+            kubelet_node.load_images(self._node_dir(i), built)
+
+        with concurrent.futures.ThreadPoolExecutor(len(self.kubelet_nodes)) as pool:
+            try:
+                for future in [pool.submit(load, i) for i in self.kubelet_nodes]:
+                    future.result()
+            except kubelet_node.NodeError as e:
+                raise LabError(f"kubelet node: {e}") from e
+
+    def wait_kubelet_nodes(self, timeout: float = kubelet_node.READY_TIMEOUT_S) -> None:
+        """Until every kubelet node's kubelet says Ready; then the machine-wide sysctls it
+        changed at start are written back."""
+        deadline = time.monotonic() + timeout
+        names = {node_name(i): i for i in self.kubelet_nodes}
+        while True:
+            ready = set()
+            for node in self.api_get("/api/v1/nodes")["items"]:
+                conditions = node.get("status", {}).get("conditions") or []
+                if node["metadata"]["name"] in names and any(
+                    c["type"] == "Ready" and c["status"] == "True" for c in conditions
+                ):
+                    ready.add(node["metadata"]["name"])
+            if ready == set(names):
+                break
+            for i in names.values():
+                wrapper = self._node_wrappers.get(i)
+                if wrapper is not None and wrapper.poll() is not None:
+                    raise LabError(
+                        f"kubelet in {node_namespace(i)} exited: "
+                        f"{_last_line(kubelet_node.kubelet_log(self._node_dir(i)))}"
+                    )
+            if time.monotonic() > deadline:
+                bad = sorted(set(names) - ready)
+                raise LabError(
+                    f"kubelet nodes {', '.join(bad)} not Ready after {timeout:.0f} s: "
+                    f"{_last_line(kubelet_node.kubelet_log(self._node_dir(names[bad[0]])))}"
+                )
+            time.sleep(0.2)
+        changed = kubelet_node.restore_sysctls(self.directory)
+        if changed:
+            log(
+                "kubelet changed machine-wide sysctls; restored "
+                + ", ".join(f"{k}={v[1]}" for k, v in sorted(changed.items()))
+            )
+
     def _start_frr(self) -> None:
         frr = self.frr_directory
         shutil.rmtree(frr, ignore_errors=True)
@@ -898,26 +1012,43 @@ class Lab:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         patches = []
         for i in range(1, self.nodes + 1):
-            status = {
-                "addresses": [
-                    {"type": "InternalIP", "address": str(node_v4(i))},
-                    {"type": "InternalIP", "address": str(node_v6(i))},
-                    {"type": "Hostname", "address": node_name(i)},
-                ],
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": "lab node (its Pods run under hack/podagent, no kubelet)",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-                # What the scheduler fits Pods into.
-                "capacity": NODE_CAPACITY,
-                "allocatable": NODE_CAPACITY,
-            }
+            # The apiserver taints a new Node not-ready until a node lifecycle controller sees
+            # its kubelet; there is none here, so the taint goes at once (a real kubelet does
+            # not add it back when it registers the existing Node).
+            patches.append(
+                self._kubectl_start(
+                    "patch",
+                    "node",
+                    node_name(i),
+                    "--type=merge",
+                    "-p",
+                    json.dumps({"spec": {"taints": None}}),
+                )
+            )
+            addresses = [
+                {"type": "InternalIP", "address": str(node_v4(i))},
+                {"type": "InternalIP", "address": str(node_v6(i))},
+                {"type": "Hostname", "address": node_name(i)},
+            ]
+            status: dict[str, Any] = {"addresses": addresses}
+            if i not in self.kubelet_nodes:
+                # A kubelet reports capacity and conditions itself, and the same addresses;
+                # they are set here too because kube-proxy exits when its node's IPs change.
+                status |= {
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "reason": "KubeletReady",
+                            "message": "lab node (its Pods run under hack/podagent, no kubelet)",
+                            "lastHeartbeatTime": now,
+                            "lastTransitionTime": now,
+                        }
+                    ],
+                    # What the scheduler fits Pods into.
+                    "capacity": NODE_CAPACITY,
+                    "allocatable": NODE_CAPACITY,
+                }
             # A merge patch, not server-side apply: SSA keys node addresses by type, which
             # rejects the two InternalIPs of a dual-stack node.
             patches.append(
@@ -929,18 +1060,6 @@ class Lab:
                     "--type=merge",
                     "-p",
                     json.dumps({"status": status}),
-                )
-            )
-            # The apiserver taints a new Node not-ready until a node lifecycle controller sees
-            # its kubelet; the lab's nodes have no kubelet, and are ready as soon as they exist.
-            patches.append(
-                self._kubectl_start(
-                    "patch",
-                    "node",
-                    node_name(i),
-                    "--type=merge",
-                    "-p",
-                    json.dumps({"spec": {"taints": None}}),
                 )
             )
         _finish([*crds, *patches])
@@ -981,6 +1100,17 @@ class Lab:
         """Remove everything a lab made (any lab, not only this object's); False if none was."""
         did = False
         problems: list[str] = []
+        # Kubelet nodes first: their containers live outside the lab's network namespaces.
+        did, problems = kubelet_node.down(self.directory)
+        for process in self._node_wrappers.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=1)
+        # The apiserver drains open watches before it exits: its clients in the node
+        # namespaces (kube-proxy, pod agents, speakers) go first, so it stops at once.
+        clients = [pid for ns in _lab_namespaces() if ns != NS_CP for pid in _namespace_pids(ns)]
+        if clients:
+            did = True
+            _stop(clients)
         cluster_dir = self.directory / "cluster"
         if cluster_dir.exists():
             did = True
@@ -1090,6 +1220,11 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument(
         "--proxy-mode", choices=PROXY_MODES, default="nftables", help="kube-proxy's mode"
     )
+    up.add_argument(
+        "--kubelet-nodes",
+        default="",
+        help="comma-separated node indexes that run containerd + kubelet (e.g. 1,2)",
+    )
     down = sub.add_parser("down", parents=[common], help="remove every ilb-* namespace, veth...")
     down.add_argument("--force", action="store_true", help="even while a test session uses it")
     sub.add_parser("env", parents=[common], help="print `export KUBECONFIG=...` for the host")
@@ -1106,7 +1241,16 @@ def main(argv: list[str] | None = None) -> int:
     directory = getattr(args, "dir", DEFAULT_DIR)
     try:
         if args.command == "up":
-            lab = Lab(nodes=args.nodes, directory=directory, proxy_mode=args.proxy_mode)
+            try:
+                kubelets = tuple(int(i) for i in args.kubelet_nodes.split(",") if i.strip())
+            except ValueError:
+                raise LabError("--kubelet-nodes takes node indexes, e.g. 1,2") from None
+            lab = Lab(
+                nodes=args.nodes,
+                directory=directory,
+                proxy_mode=args.proxy_mode,
+                kubelet_nodes=kubelets,
+            )
             started = time.monotonic()
             with exclusive(timeout=0):
                 lab.up()

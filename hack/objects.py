@@ -170,7 +170,20 @@ def pod(
             "containers": [
                 {
                     "name": "echo",
-                    "image": "ironlb.local/echo",
+                    # hack/podagent runs hack.echo with the args; a kubelet node runs the image
+                    # hack/images.py builds, which names itself from the downward API.
+                    "image": "ironlb.local/echo:latest",
+                    "imagePullPolicy": "IfNotPresent",
+                    "env": [
+                        {
+                            "name": "POD_NAME",
+                            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                        },
+                        {
+                            "name": "NODE_NAME",
+                            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+                        },
+                    ],
                     "args": [
                         f"--port={ECHO_PORT}",
                         f"--health-port={HEALTH_PORT}",

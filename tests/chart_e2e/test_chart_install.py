@@ -1,0 +1,279 @@
+"""ironlb as users install it: `helm install` of charts/ironlb, with the images built from the
+project's Dockerfile, onto two nodes that run a real kubelet and containerd.
+
+The tests run in order on one release: install (every Pod Ready through the chart's own probes),
+the webhook served from the controller Pod, an L2 VIP answered by a speaker Pod and reached
+through kube-proxy, failover when the owner's speaker Pod is deleted, `helm upgrade` rolling the
+DaemonSet under a client's connections, `helm uninstall`. The only deviation from the chart's
+defaults besides the images: the membership seeds are the nodes' addresses, because the lab has no
+cluster DNS to resolve the default seed (the members Service's name).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hack import images, objects
+from hack import lab as network_lab
+from tests.integration import chart_support
+
+pytestmark = pytest.mark.e2e
+
+NS = objects.METALLB_NAMESPACE
+RELEASE = "ironlb"
+POOL = "chart-l2"
+RANGES = ["10.250.0.200-10.250.0.210"]
+APP = "web"
+HELM_TIMEOUT = "240s"
+HELM_BOUND_S = 300.0
+# The client loop during `helm upgrade`: bounded in connections and time.
+UPGRADE_MAX_CONNECTIONS = 2000
+UPGRADE_MAX_S = 240.0
+
+
+class Release:
+    """The chart installed in the lab, and what the tests learnt about it on the way."""
+
+    def __init__(self, lab: network_lab.Lab, built: images.Built, env: dict[str, str]) -> None:
+        self.lab = lab
+        self.built = built
+        self.tools = chart_support.Tools(lab.kubeconfig, env)
+        self.vip = ""
+
+    def values(self) -> list[str]:
+        c, s = self.built.controller, self.built.speaker
+        seeds = ",".join(str(network_lab.node_v4(i)) for i in range(1, self.lab.nodes + 1))
+        return [
+            "--set", f"controller.image.repository={c.repository}",
+            "--set", f"controller.image.tag={c.tag}",
+            "--set", f"speaker.image.repository={s.repository}",
+            "--set", f"speaker.image.tag={s.tag}",
+            "--set", f"speaker.memberlist.seeds={{{seeds}}}",
+        ]  # fmt: skip
+
+    def helm(self, *args: str, check: bool = True) -> str:
+        """helm against the lab; bounded a little beyond helm's own --timeout."""
+        argv = [str(chart_support.helm_binary()), f"--kubeconfig={self.lab.kubeconfig}", *args]
+        try:
+            result = subprocess.run(
+                argv, capture_output=True, text=True, env=self.tools.env, timeout=HELM_BOUND_S
+            )
+        except subprocess.TimeoutExpired as e:
+            if check:
+                raise AssertionError(f"helm {args[0]} did not end in {HELM_BOUND_S:.0f} s") from e
+            return ""
+        if check and result.returncode != 0:
+            raise AssertionError(f"helm {args[0]} failed: {result.stderr.strip()[-1500:]}")
+        return result.stdout
+
+    def pods(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = objects.get(self.lab, "pods", "-n", NS)["items"]
+        return items
+
+    def speakers(self) -> dict[str, dict[str, Any]]:
+        """Speaker Pods by node name."""
+        return {
+            p["spec"]["nodeName"]: p
+            for p in self.pods()
+            if p["metadata"]["labels"].get("app.kubernetes.io/component") == "speaker"
+            and not p["metadata"].get("deletionTimestamp")
+        }
+
+
+@pytest.fixture(scope="module")
+def release(lab: network_lab.Lab, built: images.Built) -> Iterator[Release]:
+    with chart_support.helm_home() as env:
+        r = Release(lab, built, env)
+        try:
+            yield r
+        finally:
+            r.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "60s", check=False)
+            lab.kubectl("delete", "namespace", "chart-app", "--ignore-not-found", "--wait=false")
+
+
+def _all_ready(pods: list[dict[str, Any]]) -> bool:
+    return bool(pods) and all(objects.is_ready(p) for p in pods)
+
+
+def test_helm_install_makes_every_pod_ready(release: Release, lab: network_lab.Lab) -> None:
+    started = time.monotonic()
+    release.helm(
+        "install", RELEASE, str(chart_support.CHART), "-n", NS, *release.values(),
+        "--wait", "--timeout", HELM_TIMEOUT,
+    )  # fmt: skip
+    print(f"helm install --wait: {time.monotonic() - started:.1f} s")
+    pods = objects.wait_until("every chart Pod Ready", lambda: _all_ready(release.pods()) or None)
+    print(lab.kubectl("get", "pods", "-n", NS, "-o", "wide"))
+    controllers = [p for p in release.pods() if "controller" in p["metadata"]["name"]]
+    assert len(controllers) == 1
+    speakers = release.speakers()
+    assert set(speakers) == set(lab.node_names)
+    for node, pod in speakers.items():
+        # Host network: the speaker's Pod IP is its node's address.
+        assert pod["status"]["podIP"] == str(lab.node_v4(lab.node_names.index(node) + 1))
+    controller = controllers[0]
+    assert controller["status"]["podIP"].startswith("10.244.")
+    for pod in [controller, *speakers.values()]:
+        container = pod["spec"]["containers"][0]
+        # Ready through the chart's own probes, with the images from our Dockerfile.
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        status = pod["status"]["containerStatuses"][0]
+        assert status["ready"] and status["restartCount"] == 0
+        assert status["image"].startswith(images.REGISTRY + "/")
+    assert pods
+    assert controller["spec"]["securityContext"]["runAsUser"] == 65534
+
+
+def test_the_webhook_in_the_controller_pod_refuses_a_bad_pool(
+    release: Release, lab: network_lab.Lab
+) -> None:
+    objects.apply(
+        lab,
+        objects.metallb("IPAddressPool", POOL, {"addresses": RANGES}),
+        objects.metallb("L2Advertisement", POOL, {"ipAddressPools": [POOL]}),
+    )
+    overlapping = objects.metallb("IPAddressPool", "overlap", {"addresses": ["10.250.0.205/32"]})
+    result = release.tools.kubectl("apply", "-f", "-", input=json.dumps(overlapping), check=False)
+    assert result.returncode != 0
+    assert (
+        'admission webhook "ipaddresspoolvalidationwebhook.metallb.io" denied the request'
+        in result.stderr
+    ), result.stderr
+    assert "overlaps with 10.250.0.200-10.250.0.210" in result.stderr
+    # The webhook's Service leads to the controller Pod and nothing else.
+    controller_ip = next(
+        p["status"]["podIP"] for p in release.pods() if "controller" in p["metadata"]["name"]
+    )
+    slices = objects.get(lab, "endpointslices", "-n", NS)["items"]
+    webhook = [s for s in slices if "webhook" in s["metadata"]["name"]]
+    assert webhook, [s["metadata"]["name"] for s in slices]
+    addresses = {a for s in webhook for e in s.get("endpoints") or [] for a in e["addresses"]}
+    assert addresses == {controller_ip}
+
+
+def _neighbour_mac(lab: network_lab.Lab, vip: str) -> str | None:
+    out = lab.exec("tor", "ip", "-j", "neigh", "show", vip).stdout
+    entries = json.loads(out or "[]")
+    macs = [e.get("lladdr") for e in entries if e.get("lladdr")]
+    return str(macs[0]).lower() if macs else None
+
+
+def _owner(lab: network_lab.Lab) -> str | None:
+    nodes = objects.status_nodes(lab, "servicel2statuses", "chart-app")
+    return next(iter(nodes)) if nodes and len(nodes) == 1 else None
+
+
+def test_an_l2_vip_answered_by_a_speaker_pod_reaches_a_pod_through_kube_proxy(
+    release: Release, lab: network_lab.Lab
+) -> None:
+    objects.apply(lab, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "chart-app"}})
+    objects.create_service(lab, "chart-app", APP, local=True)
+    objects.set_backends(lab, "chart-app", APP, [1, 2])
+    release.vip = vip = objects.ingress(lab, "chart-app", APP, 1)[0]
+    owner = objects.wait_until("a speaker to own the VIP", lambda: _owner(lab))
+    answer = objects.wait_until("an answer", lambda: objects.request(lab, vip), timeout=30)
+    pod, node, client = answer.split()
+    # Local policy: the owner's own endpoint answers, and it saw the client's address.
+    assert (pod, node, client) == (objects.pod_name(APP, int(owner[4:])), owner, "10.251.0.2")
+    assert _neighbour_mac(lab, vip) == lab.node_mac(int(owner[4:]))
+
+
+def test_deleting_the_owners_speaker_pod_moves_the_vip(
+    release: Release, lab: network_lab.Lab
+) -> None:
+    vip = release.vip
+    owner = objects.wait_until("a speaker to own the VIP", lambda: _owner(lab))
+    other = next(n for n in lab.node_names if n != owner)
+    pod = release.speakers()[owner]["metadata"]["name"]
+    started = time.monotonic()
+    lab.kubectl("delete", "pod", pod, "-n", NS, "--wait=false")
+    other_mac = lab.node_mac(int(other[4:]))
+    objects.wait_until(
+        f"the ToR's neighbour entry for {vip} to move to {other}",
+        lambda: _neighbour_mac(lab, vip) == other_mac,
+    )
+    moved = time.monotonic() - started
+    answer = objects.wait_until(
+        f"an answer from {other}",
+        lambda: (a := objects.request(lab, vip)) and a.split()[1] == other and a,
+        timeout=30,
+    )
+    served = time.monotonic() - started
+    print(f"VIP moved to {other} {moved:.2f} s after the delete; served by it after {served:.2f} s")
+    assert answer.split()[2] == "10.251.0.2"
+    # The DaemonSet puts a new speaker on the node; wait for it before the next test.
+    objects.wait_until(
+        "the replaced speaker Pod Ready",
+        lambda: (
+            set(s := release.speakers()) == set(lab.node_names)
+            and pod not in {p["metadata"]["name"] for p in s.values()}
+            and _all_ready(list(s.values()))
+        ),
+        timeout=120,
+    )
+
+
+def test_helm_upgrade_rolls_the_speakers_while_a_client_keeps_connecting(
+    release: Release, lab: network_lab.Lab
+) -> None:
+    vip = release.vip
+    before = {n: p["metadata"]["uid"] for n, p in release.speakers().items()}
+    answers: list[str | None] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        deadline = time.monotonic() + UPGRADE_MAX_S
+        while not stop.is_set() and len(answers) < UPGRADE_MAX_CONNECTIONS:
+            if time.monotonic() > deadline:
+                break
+            answers.extend(objects.requests(lab, [(vip, objects.SERVICE_PORT)] * 5, timeout=2))
+
+    thread = threading.Thread(target=client, daemon=True)
+    thread.start()
+    try:
+        objects.wait_until("the client's first answers", lambda: len(answers) >= 5)
+        release.helm(
+            "upgrade", RELEASE, str(chart_support.CHART), "-n", NS, *release.values(),
+            "--set", "speaker.logLevel=debug", "--wait", "--timeout", HELM_TIMEOUT,
+        )  # fmt: skip
+        objects.wait_until(
+            "every speaker replaced and Ready",
+            lambda: (
+                set(s := release.speakers()) == set(lab.node_names)
+                and all(p["metadata"]["uid"] != before[n] for n, p in s.items())
+                and _all_ready(list(s.values()))
+            ),
+            timeout=120,
+        )
+        mark = len(answers)
+        objects.wait_until("answers after the roll", lambda: len(answers) >= mark + 5)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    failures = sum(1 for a in answers if a is None)
+    print(f"helm upgrade: {len(answers)} connections during the roll, {failures} failed")
+    daemonset = objects.get(lab, "daemonset", "-n", NS, f"{RELEASE}-speaker")
+    args = daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--log-level=debug" in args
+    assert daemonset["status"]["updatedNumberScheduled"] == len(lab.node_names)
+    assert failures == 0
+    assert all(a is not None and a.split()[2] == "10.251.0.2" for a in answers)
+
+
+def test_helm_uninstall_leaves_no_pod_and_keeps_crds_and_pools(
+    release: Release, lab: network_lab.Lab
+) -> None:
+    release.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", HELM_TIMEOUT)
+    objects.wait_until("no Pod left in metallb-system", lambda: not release.pods() or None)
+    crds = lab.kubectl("get", "crd", "-o", "name")
+    assert "customresourcedefinition.apiextensions.k8s.io/ipaddresspools.metallb.io" in crds
+    pools = objects.get(lab, "ipaddresspools", "-n", NS)["items"]
+    assert [p["metadata"]["name"] for p in pools] == [POOL]
