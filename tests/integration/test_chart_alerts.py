@@ -94,6 +94,9 @@ class _FakeSpeaker:
     def bfd_sessions(self) -> dict[str, Any]:
         return {}
 
+    def bfd_stats(self) -> None:
+        return None  # no peer with BFD, as `speaking.Speaker` says then
+
 
 def speaker_scrape() -> Samples:
     registry = prometheus_client.CollectorRegistry()
