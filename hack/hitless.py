@@ -255,6 +255,18 @@ def watching(lab: network_lab.Lab, vips: Vips) -> Iterator[Watch]:
         watch.close()
 
 
+def supervise_controller(deployment: deploy.Deployment, say: Callable[[str], None]) -> list[int]:
+    """What a kubelet does for the controller's container (restartPolicy: Always), which it does
+    whatever the apiserver's state: start it again if it exited. Returns the exit codes seen."""
+    controller = deployment.controller
+    code = controller.poll() if controller is not None else None
+    if code is None:
+        return []
+    say(f"the controller exited ({code}): starting it again")
+    deployment.start_controller()
+    return [code]
+
+
 def apiserver_outage(
     lab: network_lab.Lab,
     deployment: deploy.Deployment,
@@ -271,22 +283,18 @@ def apiserver_outage(
         watch.poll()
         say(f"stopping kube-apiserver for {outage_s:.0f} s")
         cluster.stop_apiserver()
+        exits: list[int] = []
         try:
             deadline = time.monotonic() + outage_s
             while time.monotonic() < deadline:
                 watch.poll()
+                exits += supervise_controller(deployment, say)
                 time.sleep(0.5)
         finally:
             cluster.start_apiserver()
         say("kube-apiserver is back")
+        exits += supervise_controller(deployment, say)
         speakers_alive = sorted(i for i, p in deployment.speakers.items() if p.poll() is None)
-        controller = deployment.controller
-        controller_exit = controller.poll() if controller is not None else None
-        if controller_exit is not None:
-            # A kubelet restarts a container that exited (restartPolicy: Always) whatever the
-            # apiserver does; the lab has no kubelet for ironlb, so this does.
-            say(f"the controller exited ({controller_exit}) during the outage: starting it again")
-            deployment.start_controller()
         # Convergence: both components act on something new, through the restored apiserver.
         objects.create_service(lab, vips.namespace, "after-outage", dual=True)
         try:
@@ -320,5 +328,5 @@ def apiserver_outage(
         "rewritten": rewritten,
         "objects_compared": len(before.keys() & after.keys()),
         "speakers_alive": speakers_alive,
-        "controller_exit": controller_exit,
+        "controller_exits": exits,
     }
