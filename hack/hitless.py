@@ -69,7 +69,8 @@ def clear_configuration(lab: network_lab.Lab) -> None:
 
 
 def configuration() -> list[dict[str, Any]]:
-    """An L2 pool (assigned by default) and a BGP one (by annotation), one BGP peer: the ToR."""
+    """An L2 pool (assigned by default) and a BGP one (by annotation); the ToR as BGP peer,
+    one session per family."""
     return [
         objects.metallb("IPAddressPool", L2_POOL, {"addresses": L2_RANGES}),
         objects.metallb("L2Advertisement", L2_POOL, {"ipAddressPools": [L2_POOL]}),
@@ -81,6 +82,18 @@ def configuration() -> list[dict[str, Any]]:
                 "myASN": 64512,
                 "peerASN": network_lab.TOR_ASN,
                 "peerAddress": str(network_lab.TOR_LAN_V4),
+                "holdTime": "3s",
+            },
+            version="v1beta2",
+        ),
+        # Each session carries its own family (next hop: the node's address in it).
+        objects.metallb(
+            "BGPPeer",
+            "hitless-tor6",
+            {
+                "myASN": 64512,
+                "peerASN": network_lab.TOR_ASN,
+                "peerAddress": str(network_lab.TOR_LAN_V6),
                 "holdTime": "3s",
             },
             version="v1beta2",
@@ -255,6 +268,17 @@ def watching(lab: network_lab.Lab, vips: Vips) -> Iterator[Watch]:
         watch.close()
 
 
+def owner_changes(answers: Sequence[list[str]]) -> int:
+    """How often the set of MACs answering changed from one non-empty set to another."""
+    changes, owner = 0, None
+    for macs in answers:
+        if macs and owner is not None and macs != owner:
+            changes += 1
+        if macs:
+            owner = macs
+    return changes
+
+
 def supervise_controller(deployment: deploy.Deployment, say: Callable[[str], None]) -> list[int]:
     """What a kubelet does for the controller's container (restartPolicy: Always), which it does
     whatever the apiserver's state: start it again if it exited. Returns the exit codes seen."""
@@ -317,8 +341,8 @@ def apiserver_outage(
         "fib6_changes": watch.v6_changes,
         # Another MAC answering is a re-election; a round without an answer (the ToR's probe
         # missed a reply on a busy machine, or nobody answered) is counted apart.
-        "arp_owner_changes": sum(
-            1 for macs in watch.arp_changes if macs and macs != watch.first_macs
+        "arp_owner_changes": owner_changes(
+            [*([watch.first_macs] if watch.first_macs else []), *watch.arp_changes]
         ),
         "arp_silent_rounds": sum(1 for macs in watch.arp_changes if not macs),
         "arp_changes": watch.arp_changes,

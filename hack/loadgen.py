@@ -308,7 +308,8 @@ class LoadGen:
         ]  # fmt: skip
         self.lab, self.ns, self.duration = lab, ns, duration
         self.log = log
-        self.process: subprocess.Popen[str] | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self._buffer = b""
         self._stderr: IO[bytes] | None = None
         self._report: dict[str, Any] | None = None
 
@@ -319,7 +320,7 @@ class LoadGen:
             *self.argv,
             stdout=subprocess.PIPE,
             stderr=self._stderr if self._stderr else subprocess.DEVNULL,
-            text=True,
+            bufsize=0,
         )
         line = self._readline(timeout)
         if json.loads(line or "{}").get("started") is not True:
@@ -327,9 +328,20 @@ class LoadGen:
             raise LoadGenError(f"the load generator did not start (said {line!r})")
 
     def _readline(self, timeout: float) -> str:
+        """One line of its output within `timeout` ("" if none): read unbuffered, so that what
+        `select` says is all there is."""
         assert self.process is not None and self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-        return self.process.stdout.readline() if ready else ""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.process.stdout], [], [], left)[0]:
+                return ""
+            chunk = os.read(self.process.stdout.fileno(), 1 << 16)
+            if not chunk:
+                return ""
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line.decode(errors="replace")
 
     def result(self, timeout: float | None = None) -> dict[str, Any]:
         """Its final report, once it has ended (bounded wait: its duration plus `timeout`)."""
