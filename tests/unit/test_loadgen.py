@@ -115,3 +115,12 @@ def test_a_stream_cut_by_the_server_is_a_break_and_opens_again(echo: tuple[int, 
     server.close()
     (only,) = report["streams"]
     assert only["opened"] >= 2 and only["broken"] >= 1 and set(only["breaks"]) <= {"closed"}
+
+
+def test_arp_owner_changes_count_moves_between_answers_not_silences() -> None:
+    from hack import hitless
+
+    a, b = ["02:00:00:00:00:0a"], ["02:00:00:00:00:0b"]
+    assert hitless.owner_changes([a, [], a, [], a]) == 0
+    assert hitless.owner_changes([[], a, a]) == 0
+    assert hitless.owner_changes([a, [], b, a]) == 2
