@@ -320,7 +320,10 @@ def apiserver_outage(
         exits += supervise_controller(deployment, say)
         speakers_alive = sorted(i for i, p in deployment.speakers.items() if p.poll() is None)
         # Convergence: both components act on something new, through the restored apiserver.
-        objects.create_service(lab, vips.namespace, "after-outage", dual=True)
+        # Selecting the l2 Service's Pods: a Service without a ready endpoint is not announced.
+        probe = objects.service(vips.namespace, "after-outage", dual=True)
+        probe["spec"]["selector"] = {"app": "l2"}
+        objects.apply(lab, probe)
         try:
             new = objects.ingress(lab, vips.namespace, "after-outage", 2)
             v4 = next(a for a in new if ":" not in a)
