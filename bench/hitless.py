@@ -71,6 +71,8 @@ def measure(lab: network_lab.Lab, outage_s: float, say: Any) -> dict[str, Any]:
         "apiserver_outage_rewritten_objects": len(outage["rewritten"]),
         "apiserver_outage_objects_compared": outage["objects_compared"],
         "apiserver_outage_controller_exits": outage["controller_exits"],
+        "apiserver_outage_converged": not outage["unconverged"],
+        "apiserver_outage_rewritten": outage["rewritten"],
         "apiserver_outage_total_s": round(outage_total_s, 1),
         "requests_total": rolling["requests_total"] + during["requests_total"],
         "rolling_streams": streams(rolling),

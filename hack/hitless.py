@@ -320,6 +320,7 @@ def apiserver_outage(
         exits += supervise_controller(deployment, say)
         speakers_alive = sorted(i for i, p in deployment.speakers.items() if p.poll() is None)
         # Convergence: both components act on something new, through the restored apiserver.
+        unconverged = ""
         # Selecting the l2 Service's Pods: a Service without a ready endpoint is not announced.
         probe = objects.service(vips.namespace, "after-outage", dual=True)
         probe["spec"]["selector"] = {"app": "l2"}
@@ -327,9 +328,22 @@ def apiserver_outage(
         try:
             new = objects.ingress(lab, vips.namespace, "after-outage", 2)
             v4 = next(a for a in new if ":" not in a)
-            objects.wait_until(
-                "the new Service to be announced", lambda: bool(witness.arp_macs(lab, v4))
-            )
+            try:
+                objects.wait_until(
+                    "the new Service to be announced", lambda: bool(witness.arp_macs(lab, v4))
+                )
+            except AssertionError as e:
+                endpoints = objects.ready_endpoint_nodes(lab, vips.namespace, "after-outage")
+                tails = {
+                    name: deployment.logs(f"speaker-{name}").splitlines()[-6:]
+                    for name in lab.node_names
+                }
+                controller = deployment.logs("controller").splitlines()[-6:]
+                unconverged = (
+                    f"{e}; ready endpoints on {sorted(endpoints)}; speakers' last lines: "
+                    f"{json.dumps(tails)}; controller's: {json.dumps(controller)}"
+                )
+                say(f"NOT CONVERGED: {unconverged}")
         finally:
             lab.kubectl("delete", "service", "after-outage", "-n", vips.namespace, "--wait=false")
         watch.poll()
@@ -356,4 +370,6 @@ def apiserver_outage(
         "objects_compared": len(before.keys() & after.keys()),
         "speakers_alive": speakers_alive,
         "controller_exits": exits,
+        # Empty once the new Service was announced; else why not (a finding, not an error).
+        "unconverged": unconverged,
     }
