@@ -474,6 +474,18 @@ class Cluster:
         )
         self._wait_ready("kube-apiserver", pid, urllib.request.Request(f"{self.server}/readyz"))
 
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver alone, as maintenance of the control plane does: its clients'
+        connections close and new ones are refused; etcd, its data and the certificates stay."""
+        pid = self.running_pids().get("kube-apiserver")
+        if pid is not None:
+            processes.stop_pids([pid], group=True, timeout=STOP_TIMEOUT_S)
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again on the same etcd and certificates (after `stop_apiserver`);
+        returns once it is ready."""
+        self._start_apiserver()
+
     def _start_controllers(self) -> None:
         """kube-controller-manager and kube-scheduler, each serving /healthz on its own port
         (self-signed: they make their own serving certificates), as the cluster's admin."""

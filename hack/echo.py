@@ -1,10 +1,15 @@
 """The process inside every lab Pod: says who answered and whom it saw, nothing else.
 
     python -m hack.echo --pod NAME --node NODE [--port 8080] [--health-port 8081] [--drain S]
+                        [--stream-port 8082]
 
 On `--port` (TCP, IPv4 and IPv6) each connection gets one line, `<pod> <node> <client address>`,
 so a test reads from a client's own connection which backend answered and whether the client's
 source address survived the load balancer and kube-proxy (Local) or was rewritten (Cluster).
+
+With `--stream-port`, each connection there is a long-lived stream: `<pod> <node> <n>` every
+50 ms (n counting from 0) until the client closes, so a client sees how long a connection
+through the load balancer lives and where it lands. Without it (the default) nothing else listens.
 
 On `--health-port`, `GET /ready` answers 200 while the process is ready and 503 once it is not:
 the Pod's readiness probe reads it, the way a kubelet would. SIGUSR1 makes the process unready,
@@ -18,12 +23,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
+import itertools
 import signal
 import socket
 import sys
 import threading
 import time
 from types import FrameType
+
+STREAM_EVERY_S = 0.05
 
 
 def client_address(peer: str) -> str:
@@ -59,6 +67,17 @@ class Echo:
             with conn, contextlib.suppress(OSError):
                 conn.sendall(f"{self.pod} {self.node} {client_address(peer[0])}\n".encode())
 
+    def serve_stream(self, server: socket.socket) -> None:
+        while True:
+            conn, _ = server.accept()
+            threading.Thread(target=self._stream, args=(conn,), daemon=True).start()
+
+    def _stream(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            for n in itertools.count():
+                conn.sendall(f"{self.pod} {self.node} {n}\n".encode())
+                time.sleep(STREAM_EVERY_S)
+
     def serve_health(self, server: socket.socket) -> None:
         while True:
             conn, _ = server.accept()
@@ -83,10 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--health-port", type=int, default=8081)
     parser.add_argument("--drain", type=float, default=0.0, help="seconds served after SIGTERM")
+    parser.add_argument("--stream-port", type=int, default=0, help="long-lived streams; 0 = off")
     args = parser.parse_args(argv)
     echo = Echo(args.pod, args.node)
     servers = [listener(args.port), listener(args.health_port)]
-    for target, server in zip((echo.serve_echo, echo.serve_health), servers, strict=True):
+    targets = [echo.serve_echo, echo.serve_health]
+    if args.stream_port:
+        servers.append(listener(args.stream_port))
+        targets.append(echo.serve_stream)
+    for target, server in zip(targets, servers, strict=True):
         threading.Thread(target=target, args=(server,), daemon=True).start()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -22,6 +22,7 @@ from hack import lab as network_lab
 ECHO_PORT = 8080
 HEALTH_PORT = 8081
 SERVICE_PORT = 80
+STREAM_PORT = 8082  # the echo's long-lived streams (`pod(..., stream=True)`), same on the Service
 METALLB_NAMESPACE = "metallb-system"
 WAIT_S = 60.0
 
@@ -94,12 +95,22 @@ def service(
     dual: bool = False,
     annotations: dict[str, str] | None = None,
     labels: dict[str, str] | None = None,
+    stream: bool = False,
 ) -> dict[str, Any]:
-    """A LoadBalancer Service selecting the Pods of app `name` (port 80 -> the echo's 8080)."""
+    """A LoadBalancer Service selecting the Pods of app `name` (port 80 -> the echo's 8080;
+    with `stream`, also STREAM_PORT -> the echo's streams)."""
+    ports: list[dict[str, Any]] = [
+        {"port": SERVICE_PORT, "protocol": "TCP", "targetPort": ECHO_PORT}
+    ]
+    if stream:
+        ports[0]["name"] = "echo"
+        ports.append(
+            {"name": "stream", "port": STREAM_PORT, "protocol": "TCP", "targetPort": STREAM_PORT}
+        )
     spec: dict[str, Any] = {
         "type": "LoadBalancer",
         "selector": {"app": name},
-        "ports": [{"port": SERVICE_PORT, "protocol": "TCP", "targetPort": ECHO_PORT}],
+        "ports": ports,
         "externalTrafficPolicy": "Local" if local else "Cluster",
     }
     if dual:
@@ -150,10 +161,22 @@ def pod_name(app: str, node: int) -> str:
 
 
 def pod(
-    namespace: str, app: str, node: int, *, drain_s: float = 0.0, grace_s: int = 30
+    namespace: str,
+    app: str,
+    node: int,
+    *,
+    drain_s: float = 0.0,
+    grace_s: int = 30,
+    stream: bool = False,
 ) -> dict[str, Any]:
     """One echo Pod of `app` for node `node`, placed there by the scheduler. It keeps serving
-    `drain_s` seconds after SIGTERM (the window of a terminating-but-serving endpoint)."""
+    `drain_s` seconds after SIGTERM (the window of a terminating-but-serving endpoint); with
+    `stream` it also serves long-lived streams on STREAM_PORT."""
+    args = [f"--port={ECHO_PORT}", f"--health-port={HEALTH_PORT}", f"--drain={drain_s}"]
+    ports = [{"containerPort": ECHO_PORT, "protocol": "TCP"}]
+    if stream:
+        args.append(f"--stream-port={STREAM_PORT}")
+        ports.append({"containerPort": STREAM_PORT, "protocol": "TCP"})
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -184,12 +207,8 @@ def pod(
                             "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
                         },
                     ],
-                    "args": [
-                        f"--port={ECHO_PORT}",
-                        f"--health-port={HEALTH_PORT}",
-                        f"--drain={drain_s}",
-                    ],
-                    "ports": [{"containerPort": ECHO_PORT, "protocol": "TCP"}],
+                    "args": args,
+                    "ports": ports,
                     "readinessProbe": {
                         "httpGet": {"path": "/ready", "port": HEALTH_PORT},
                         "periodSeconds": 1,
@@ -235,6 +254,7 @@ def set_backends(
     drain_s: float = 0.0,
     grace_s: int = 0,
     wait: bool = True,
+    stream: bool = False,
 ) -> None:
     """One ready Pod of `app` on each of `nodes`, and none elsewhere.
 
@@ -251,7 +271,7 @@ def set_backends(
         )  # fmt: skip
     missing = [n for n in nodes if pod_name(app, n) not in existing]
     if missing:
-        _create(lab, [pod(namespace, app, n, drain_s=drain_s) for n in missing])
+        _create(lab, [pod(namespace, app, n, drain_s=drain_s, stream=stream) for n in missing])
     if wait:
         wait_backends(lab, namespace, app, nodes)
 

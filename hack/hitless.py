@@ -1,0 +1,375 @@
+"""Operations under client load, for tests/e2e/test_hitless.py and bench/hitless.py.
+
+* `rolling_restart`: every speaker, then the controller, SIGTERMed and started again one at a
+  time, as a DaemonSet (maxUnavailable 1) and a Deployment update do: the next one only once the
+  restarted one is ready again and the ToR sees every node announce again.
+* `apiserver_outage`: kube-apiserver stopped for a while (a real stop, as maintenance of the
+  control plane does: connections close, new ones are refused) and started again on the same etcd
+  data; the ToR's FIB and ARP answers watched all along; then whether ironlb converges (a new
+  Service gets an address and is announced) without rewriting what it had written before.
+
+The load itself is `hack.loadgen`, run by the caller around these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import select
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hack import deploy, loadgen, objects, witness
+from hack import lab as network_lab
+
+L2_POOL = "hitless-l2"
+BGP_POOL = "hitless-bgp"
+L2_RANGES = ["10.250.0.150-10.250.0.160", "fd00:250::150-fd00:250::160"]
+BGP_RANGES = ["10.252.0.96/28", "fd00:252::60/124"]
+CONFIG_KINDS = (
+    "ipaddresspools",
+    "l2advertisements",
+    "bgpadvertisements",
+    "bgppeers",
+    "bfdprofiles",
+    "communities",
+)
+RATE = 40.0  # new connections per second, over the four addresses
+STREAMS = 1  # long-lived streams per address
+SPEAKER_HEALTH_PORT = 7473
+WATCH_EVERY_S = 0.2
+SETTLE_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Vips:
+    """The Services under load: one L2 and one BGP, each dual-stack, backends on every node."""
+
+    namespace: str
+    l2: list[str]
+    bgp: list[str]
+
+    @property
+    def all(self) -> list[str]:
+        return [*self.l2, *self.bgp]
+
+    def v4(self, mode: str) -> str:
+        return next(a for a in (self.l2 if mode == "l2" else self.bgp) if ":" not in a)
+
+    def v6(self, mode: str) -> str:
+        return next(a for a in (self.l2 if mode == "l2" else self.bgp) if ":" in a)
+
+
+def clear_configuration(lab: network_lab.Lab) -> None:
+    lab.kubectl("delete", ",".join(CONFIG_KINDS), "--all", "-n", objects.METALLB_NAMESPACE)
+
+
+def configuration() -> list[dict[str, Any]]:
+    """An L2 pool (assigned by default) and a BGP one (by annotation); the ToR as BGP peer,
+    one session per family."""
+    return [
+        objects.metallb("IPAddressPool", L2_POOL, {"addresses": L2_RANGES}),
+        objects.metallb("L2Advertisement", L2_POOL, {"ipAddressPools": [L2_POOL]}),
+        objects.metallb("IPAddressPool", BGP_POOL, {"addresses": BGP_RANGES, "autoAssign": False}),
+        objects.metallb(
+            "BGPPeer",
+            "hitless-tor",
+            {
+                "myASN": 64512,
+                "peerASN": network_lab.TOR_ASN,
+                "peerAddress": str(network_lab.TOR_LAN_V4),
+                "holdTime": "3s",
+            },
+            version="v1beta2",
+        ),
+        # Each session carries its own family (next hop: the node's address in it).
+        objects.metallb(
+            "BGPPeer",
+            "hitless-tor6",
+            {
+                "myASN": 64512,
+                "peerASN": network_lab.TOR_ASN,
+                "peerAddress": str(network_lab.TOR_LAN_V6),
+                "holdTime": "3s",
+            },
+            version="v1beta2",
+        ),
+        objects.metallb("BGPAdvertisement", BGP_POOL, {"ipAddressPools": [BGP_POOL]}),
+    ]
+
+
+def serve(lab: network_lab.Lab, ns: str) -> Vips:
+    """The two Services under load, announced from every node, answering."""
+    objects.create_service(lab, ns, "l2", dual=True, stream=True)
+    objects.create_service(
+        lab, ns, "bgp", dual=True, stream=True, annotations={"metallb.io/address-pool": BGP_POOL}
+    )
+    objects.set_backends(lab, ns, "l2", [1, 2, 3], stream=True)
+    objects.set_backends(lab, ns, "bgp", [1, 2, 3], stream=True)
+    vips = Vips(ns, objects.ingress(lab, ns, "l2", 2), objects.ingress(lab, ns, "bgp", 2))
+    objects.wait_until("every node to announce", lambda: settled(lab, vips))
+    for vip in vips.all:
+        objects.wait_until(f"an answer from {vip}", functools.partial(objects.request, lab, vip))
+    return vips
+
+
+def load(lab: network_lab.Lab, vips: Vips, duration: float) -> loadgen.LoadGen:
+    """The load: RATE new connections a second over the four addresses, STREAMS streams each."""
+    return loadgen.LoadGen(
+        lab,
+        [(vip, objects.SERVICE_PORT) for vip in vips.all],
+        duration=duration,
+        rate=RATE,
+        streams=STREAMS,
+        stream_port=objects.STREAM_PORT,
+        log=lab.directory / "logs" / "loadgen.log",
+    )
+
+
+def failed(report: dict[str, Any], vips: Sequence[str]) -> int:
+    """Failed requests to these addresses in a load report."""
+    return sum(
+        report["targets"][loadgen.target_text(v, objects.SERVICE_PORT)]["failed"] for v in vips
+    )
+
+
+def hops(lab: network_lab.Lab, nodes: Sequence[int] | None = None) -> set[str]:
+    return {str(lab.node_v4(i)) for i in (nodes or range(1, lab.nodes + 1))}
+
+
+def hops6(lab: network_lab.Lab) -> set[str]:
+    return {str(lab.node_v6(i)) for i in range(1, lab.nodes + 1)}
+
+
+def settled(lab: network_lab.Lab, vips: Vips) -> bool:
+    """Every node's BGP nexthop in the ToR's FIB, both families; one MAC answers each L2 VIP."""
+    return (
+        witness.fib(lab, vips.v4("bgp")) == hops(lab)
+        and witness.fib(lab, vips.v6("bgp")) == hops6(lab)
+        and len(witness.arp_macs(lab, vips.v4("l2"), count=1, wait_s=1)) == 1
+    )
+
+
+def speaker_ready(lab: network_lab.Lab, index: int) -> bool:
+    url = f"http://{lab.node_v4(index)}:{SPEAKER_HEALTH_PORT}/readyz"
+    return lab.http_status(network_lab.node_namespace(index), [url]) == [200]
+
+
+def controller_leads(lab: network_lab.Lab, namespace: str, name: str) -> list[str]:
+    """Proof that a controller leads: a new Service gets its address (then deleted)."""
+    objects.create_service(lab, namespace, name)
+    try:
+        return objects.ingress(lab, namespace, name, 1)
+    finally:
+        lab.kubectl("delete", "service", name, "-n", namespace, "--wait=false")
+
+
+def rolling_restart(
+    lab: network_lab.Lab, deployment: deploy.Deployment, vips: Vips, say: Callable[[str], None]
+) -> None:
+    for index in range(1, lab.nodes + 1):
+        say(f"restarting the speaker of node{index}")
+        deployment.stop_speaker(index)
+        deployment.start_speaker(index)
+        objects.wait_until(f"speaker {index} ready", functools.partial(speaker_ready, lab, index))
+        objects.wait_until("every node to announce again", lambda: settled(lab, vips))
+    say("restarting the controller")
+    deployment.stop_controller()
+    deployment.start_controller()
+    controller_leads(lab, vips.namespace, "after-controller-restart")
+
+
+# --- the apiserver outage -------------------------------------------------------------------------
+
+
+def resource_versions(lab: network_lab.Lab, namespace: str) -> dict[str, str]:
+    """resourceVersion of every Service of `namespace` and every status object of ironlb about
+    them: a write that changed anything changes one of these."""
+    found: dict[str, str] = {}
+    for item in objects.get(lab, "services", "-n", namespace)["items"]:
+        found[f"service/{item['metadata']['name']}"] = item["metadata"]["resourceVersion"]
+    for plural in ("servicel2statuses", "servicebgpstatuses"):
+        for item in objects.get(lab, plural, "-n", objects.METALLB_NAMESPACE)["items"]:
+            labels = item["metadata"].get("labels") or {}
+            if labels.get("metallb.io/service-namespace") == namespace:
+                found[f"{plural}/{item['metadata']['name']}"] = item["metadata"]["resourceVersion"]
+    return found
+
+
+def _lines(process: subprocess.Popen[str]) -> Iterator[dict[str, Any]]:
+    """Whatever a watcher has printed so far, without blocking."""
+    assert process.stdout is not None
+    while select.select([process.stdout], [], [], 0)[0]:
+        line = process.stdout.readline()
+        if not line:
+            return
+        yield json.loads(line)
+
+
+@dataclass
+class Watch:
+    """Changes the ToR sees for the v4 VIPs (continuous watchers) and the v6 ones (sampled)."""
+
+    lab: network_lab.Lab
+    vips: Vips
+    fib_changes: list[dict[str, Any]] = field(default_factory=list)
+    arp_changes: list[list[str]] = field(default_factory=list)
+    v6_changes: list[dict[str, Any]] = field(default_factory=list)
+    samples: int = 0
+
+    def __post_init__(self) -> None:
+        self.bgp4 = self.vips.v4("bgp")
+        self.fib_watcher = witness.start_fib_watcher(self.lab, [f"{self.bgp4}/32"])
+        self.arp_watcher = witness.ArpWatcher(self.lab, self.vips.v4("l2"), WATCH_EVERY_S)
+        self.fib6 = witness.fib(self.lab, self.vips.v6("bgp"))
+        self.first_fib: list[str] | None = None
+        self.first_macs: list[str] | None = None
+
+    def poll(self) -> None:
+        for event in _lines(self.fib_watcher):
+            if event.get("d", "").split("/")[0] != self.bgp4:
+                continue
+            gateways = sorted(event.get("v") or [])
+            if self.first_fib is None:
+                self.first_fib = gateways
+            elif gateways != (self.fib_changes[-1]["v"] if self.fib_changes else self.first_fib):
+                self.fib_changes.append({"t": event["t"], "v": gateways})
+        assert self.arp_watcher.process.stdout is not None
+        for event in _lines(self.arp_watcher.process):
+            if self.first_macs is None:
+                self.first_macs = event["macs"]
+            else:
+                self.arp_changes.append(event["macs"])
+        fib6 = witness.fib(self.lab, self.vips.v6("bgp"))
+        if fib6 != self.fib6:
+            self.v6_changes.append({"t": time.monotonic(), "v": sorted(fib6)})
+            self.fib6 = fib6
+        self.samples += 1
+
+    def close(self) -> None:
+        self.arp_watcher.close()
+        if self.fib_watcher.poll() is None:
+            self.fib_watcher.kill()
+        self.fib_watcher.wait(5)
+        if self.fib_watcher.stdout is not None:
+            self.fib_watcher.stdout.close()
+
+
+@contextlib.contextmanager
+def watching(lab: network_lab.Lab, vips: Vips) -> Iterator[Watch]:
+    watch = Watch(lab, vips)
+    try:
+        yield watch
+    finally:
+        watch.close()
+
+
+def owner_changes(answers: Sequence[list[str]]) -> int:
+    """How often the set of MACs answering changed from one non-empty set to another."""
+    changes, owner = 0, None
+    for macs in answers:
+        if macs and owner is not None and macs != owner:
+            changes += 1
+        if macs:
+            owner = macs
+    return changes
+
+
+def supervise_controller(deployment: deploy.Deployment, say: Callable[[str], None]) -> list[int]:
+    """What a kubelet does for the controller's container (restartPolicy: Always), which it does
+    whatever the apiserver's state: start it again if it exited. Returns the exit codes seen."""
+    controller = deployment.controller
+    code = controller.poll() if controller is not None else None
+    if code is None:
+        return []
+    say(f"the controller exited ({code}): starting it again")
+    deployment.start_controller()
+    return [code]
+
+
+def apiserver_outage(
+    lab: network_lab.Lab,
+    deployment: deploy.Deployment,
+    vips: Vips,
+    outage_s: float,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """Stop the apiserver for `outage_s`, start it again, wait for convergence; what the ToR saw
+    change meanwhile, what ironlb rewrote, and what became of the processes."""
+    before = resource_versions(lab, vips.namespace)
+    cluster = lab.cluster
+    with watching(lab, vips) as watch:
+        time.sleep(1.0)  # the watchers' first state
+        watch.poll()
+        say(f"stopping kube-apiserver for {outage_s:.0f} s")
+        cluster.stop_apiserver()
+        exits: list[int] = []
+        try:
+            deadline = time.monotonic() + outage_s
+            while time.monotonic() < deadline:
+                watch.poll()
+                exits += supervise_controller(deployment, say)
+                time.sleep(0.5)
+        finally:
+            cluster.start_apiserver()
+        say("kube-apiserver is back")
+        exits += supervise_controller(deployment, say)
+        speakers_alive = sorted(i for i, p in deployment.speakers.items() if p.poll() is None)
+        # Convergence: both components act on something new, through the restored apiserver.
+        unconverged = ""
+        # Selecting the l2 Service's Pods: a Service without a ready endpoint is not announced.
+        probe = objects.service(vips.namespace, "after-outage", dual=True)
+        probe["spec"]["selector"] = {"app": "l2"}
+        objects.apply(lab, probe)
+        try:
+            new = objects.ingress(lab, vips.namespace, "after-outage", 2)
+            v4 = next(a for a in new if ":" not in a)
+            try:
+                objects.wait_until(
+                    "the new Service to be announced", lambda: bool(witness.arp_macs(lab, v4))
+                )
+            except AssertionError as e:
+                endpoints = objects.ready_endpoint_nodes(lab, vips.namespace, "after-outage")
+                tails = {
+                    name: deployment.logs(f"speaker-{name}").splitlines()[-6:]
+                    for name in lab.node_names
+                }
+                controller = deployment.logs("controller").splitlines()[-6:]
+                unconverged = (
+                    f"{e}; ready endpoints on {sorted(endpoints)}; speakers' last lines: "
+                    f"{json.dumps(tails)}; controller's: {json.dumps(controller)}"
+                )
+                say(f"NOT CONVERGED: {unconverged}")
+        finally:
+            lab.kubectl("delete", "service", "after-outage", "-n", vips.namespace, "--wait=false")
+        watch.poll()
+    after = resource_versions(lab, vips.namespace)
+    # Objects made or deleted by someone else meanwhile are not ours to judge: compare the rest.
+    rewritten = sorted(k for k, v in before.items() if k in after and after[k] != v)
+    return {
+        # A change that takes a nexthop away, in either family.
+        "withdrawals": sum(1 for c in watch.fib_changes if set(watch.first_fib or []) - set(c["v"]))
+        + sum(1 for c in watch.v6_changes if hops6(lab) - set(c["v"])),
+        "fib_changes": watch.fib_changes,
+        "fib6_changes": watch.v6_changes,
+        # Another MAC answering is a re-election; a round without an answer (the ToR's probe
+        # missed a reply on a busy machine, or nobody answered) is counted apart.
+        "arp_owner_changes": owner_changes(
+            [*([watch.first_macs] if watch.first_macs else []), *watch.arp_changes]
+        ),
+        "arp_silent_rounds": sum(1 for macs in watch.arp_changes if not macs),
+        "arp_changes": watch.arp_changes,
+        "arp_first": watch.first_macs,
+        "fib_first": watch.first_fib,
+        "samples": watch.samples,
+        "rewritten": rewritten,
+        "objects_compared": len(before.keys() & after.keys()),
+        "speakers_alive": speakers_alive,
+        "controller_exits": exits,
+        # Empty once the new Service was announced; else why not (a finding, not an error).
+        "unconverged": unconverged,
+    }
