@@ -1,4 +1,4 @@
-"""Operations under client load, for tests/e2e/test_hitless.py and bench/hitless.py.
+"""Operations under client load, for bench/hitless.py.
 
 * `rolling_restart`: every speaker, then the controller, SIGTERMed and started again one at a
   time, as a DaemonSet (maxUnavailable 1) and a Deployment update do: the next one only once the
