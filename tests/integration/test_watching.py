@@ -18,6 +18,9 @@ pytestmark = pytest.mark.integration
 WAIT_S = 20.0
 
 
+ROOT_CA_CONFIG_MAP = "kube-root-ca.crt"
+
+
 class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str]] = []
@@ -25,6 +28,10 @@ class Recorder:
         self.changed = asyncio.Event()
 
     def observe(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
+        # kube-controller-manager's root-CA publisher puts this ConfigMap in every new
+        # namespace, whenever it gets there; the tests watch only their own objects.
+        if obj["metadata"]["name"] == ROOT_CA_CONFIG_MAP:
+            return
         self.events.append((kind, event, obj["metadata"]["name"]))
         self.changed.set()
 
