@@ -30,14 +30,6 @@ L2_POOL = "hitless-l2"
 BGP_POOL = "hitless-bgp"
 L2_RANGES = ["10.250.0.150-10.250.0.160", "fd00:250::150-fd00:250::160"]
 BGP_RANGES = ["10.252.0.96/28", "fd00:252::60/124"]
-CONFIG_KINDS = (
-    "ipaddresspools",
-    "l2advertisements",
-    "bgpadvertisements",
-    "bgppeers",
-    "bfdprofiles",
-    "communities",
-)
 RATE = 40.0  # new connections per second, over the four addresses
 STREAMS = 1  # long-lived streams per address
 SPEAKER_HEALTH_PORT = 7473
@@ -65,7 +57,7 @@ class Vips:
 
 
 def clear_configuration(lab: network_lab.Lab) -> None:
-    lab.kubectl("delete", ",".join(CONFIG_KINDS), "--all", "-n", objects.METALLB_NAMESPACE)
+    objects.clear_configuration(lab)
 
 
 def configuration() -> list[dict[str, Any]]:

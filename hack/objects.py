@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from hack import lab as network_lab
+from ironlb import model
 
 ECHO_PORT = 8080
 HEALTH_PORT = 8081
@@ -82,6 +83,13 @@ def metallb(kind: str, name: str, spec: dict[str, Any], version: str = "v1beta1"
         "metadata": {"name": name, "namespace": METALLB_NAMESPACE},
         "spec": spec,
     }
+
+
+def clear_configuration(lab: network_lab.Lab) -> None:
+    """Delete every metallb.io configuration object (the status kinds are outputs: they stay).
+    Modules that share a lab start from this, since overlapping pools make a config invalid."""
+    plurals = ",".join(model.RESOURCES[kind][0] for kind in model.CONFIG_KINDS)
+    lab.kubectl("delete", plurals, "--all", "-n", METALLB_NAMESPACE)
 
 
 # --- Services ----------------------------------------------------------------------------------

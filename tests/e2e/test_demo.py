@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 
 from hack import lab as network_lab
+from hack import objects
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "hack" / "demo"
 NS = "metallb-system"
-CONFIG_KINDS = "ipaddresspools,l2advertisements,bgpadvertisements,bgppeers,bfdprofiles,communities"
 RUN_TIMEOUT_S = 600.0
 
 
@@ -44,7 +44,7 @@ def borrowed(request: pytest.FixtureRequest) -> Iterator[network_lab.Lab | None]
     if network_lab.lock_holder() == os.getpid():
         lab: network_lab.Lab = request.getfixturevalue("lab")
         # Modules that ran before leave their configuration; the demo refuses to mix with it.
-        lab.kubectl("delete", CONFIG_KINDS, "--all", "-n", NS)
+        objects.clear_configuration(lab)
         yield lab
         return
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")

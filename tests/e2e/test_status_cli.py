@@ -33,14 +33,6 @@ PEER = "status-tor"
 L2_RANGE = "10.250.0.100-10.250.0.120"  # on the LAN, clear of the lab's other pools
 BGP_RANGE = "10.252.0.128/28"
 METRICS_PORT = 7473
-CONFIG_KINDS = (
-    "ipaddresspools",
-    "l2advertisements",
-    "bgpadvertisements",
-    "bgppeers",
-    "bfdprofiles",
-    "communities",
-)
 
 
 def metallb(kind: str, name: str, spec: dict[str, Any], version: str = "v1beta1") -> Any:
@@ -68,7 +60,7 @@ def established_on_tor(lab: network_lab.Lab) -> set[str]:
 def cluster(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
     # Earlier modules leave their configuration behind; overlapping pools would make ours
     # invalid, so this module starts from an empty configuration.
-    lab.kubectl("delete", ",".join(CONFIG_KINDS), "--all", "-n", NS)
+    objects.clear_configuration(lab)
     objects.apply(
         lab,
         metallb("IPAddressPool", L2_POOL, {"addresses": [L2_RANGE]}),
@@ -97,7 +89,7 @@ def cluster(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
             yield d
     finally:
         lab.kubectl("delete", "namespace", APP, "--wait=false")
-        lab.kubectl("delete", ",".join(CONFIG_KINDS), "--all", "-n", NS)
+        objects.clear_configuration(lab)
         lab.kubectl(
             "delete", "servicel2statuses,servicebgpstatuses", "--all", "-n", NS, "--wait=false"
         )

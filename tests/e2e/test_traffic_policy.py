@@ -24,21 +24,13 @@ BGP_POOL = "policy-bgp"
 L2_RANGES = ["10.250.0.130-10.250.0.140", "fd00:250::130-fd00:250::140"]
 BGP_RANGES = ["10.252.0.64/28", "fd00:252::40/124"]
 FROM_BGP_POOL = {"metallb.io/address-pool": BGP_POOL}
-CONFIG_KINDS = (
-    "ipaddresspools",
-    "l2advertisements",
-    "bgpadvertisements",
-    "bgppeers",
-    "bfdprofiles",
-    "communities",
-)
 
 
 @pytest.fixture(scope="module")
 def deployment(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
     # Earlier modules leave their configuration behind; overlapping pools would make ours
     # invalid, so this module starts from an empty configuration.
-    lab.kubectl("delete", ",".join(CONFIG_KINDS), "--all", "-n", objects.METALLB_NAMESPACE)
+    objects.clear_configuration(lab)
     objects.apply(
         lab,
         objects.metallb("IPAddressPool", L2_POOL, {"addresses": L2_RANGES}),
@@ -61,7 +53,7 @@ def deployment(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
         with deploy.deployed(lab) as d:
             yield d
     finally:
-        lab.kubectl("delete", ",".join(CONFIG_KINDS), "--all", "-n", objects.METALLB_NAMESPACE)
+        objects.clear_configuration(lab)
 
 
 # --- witnesses ----------------------------------------------------------------------------------
