@@ -16,8 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import select
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -178,28 +176,38 @@ def rolling_restart(
 # --- the apiserver outage -------------------------------------------------------------------------
 
 
-def resource_versions(lab: network_lab.Lab, namespace: str) -> dict[str, str]:
-    """resourceVersion of every Service of `namespace` and every status object of ironlb about
-    them: a write that changed anything changes one of these."""
-    found: dict[str, str] = {}
-    for item in objects.get(lab, "services", "-n", namespace)["items"]:
-        found[f"service/{item['metadata']['name']}"] = item["metadata"]["resourceVersion"]
+def written(
+    lab: network_lab.Lab, namespace: str, exclude: Sequence[str] = ()
+) -> dict[str, dict[str, Any]]:
+    """Every Service of `namespace` but `exclude` and ironlb's status objects about them: its
+    resourceVersion (a write that changed anything changes it) and who last wrote each of its
+    parts (managedFields: manager, operation, subresource, time)."""
+    found: dict[str, dict[str, Any]] = {}
+
+    def note(name: str, item: dict[str, Any]) -> None:
+        meta = item["metadata"]
+        found[name] = {
+            "rv": meta["resourceVersion"],
+            "uid": meta["uid"],  # another uid: deleted and made again
+            "writers": [
+                " ".join(str(m.get(k, "")) for k in ("manager", "operation", "subresource", "time"))
+                for m in meta.get("managedFields") or []
+            ],
+        }
+
+    shown = "--show-managed-fields"
+    for item in objects.get(lab, "services", "-n", namespace, shown)["items"]:
+        if item["metadata"]["name"] not in exclude:
+            note(f"service/{item['metadata']['name']}", item)
     for plural in ("servicel2statuses", "servicebgpstatuses"):
-        for item in objects.get(lab, plural, "-n", objects.METALLB_NAMESPACE)["items"]:
+        for item in objects.get(lab, plural, "-n", objects.METALLB_NAMESPACE, shown)["items"]:
             labels = item["metadata"].get("labels") or {}
-            if labels.get("metallb.io/service-namespace") == namespace:
-                found[f"{plural}/{item['metadata']['name']}"] = item["metadata"]["resourceVersion"]
+            if (
+                labels.get("metallb.io/service-namespace") == namespace
+                and labels.get("metallb.io/service-name") not in exclude
+            ):
+                note(f"{plural}/{item['metadata']['name']}", item)
     return found
-
-
-def _lines(process: subprocess.Popen[str]) -> Iterator[dict[str, Any]]:
-    """Whatever a watcher has printed so far, without blocking."""
-    assert process.stdout is not None
-    while select.select([process.stdout], [], [], 0)[0]:
-        line = process.stdout.readline()
-        if not line:
-            return
-        yield json.loads(line)
 
 
 @dataclass
@@ -222,7 +230,7 @@ class Watch:
         self.first_macs: list[str] | None = None
 
     def poll(self) -> None:
-        for event in _lines(self.fib_watcher):
+        for event in witness.printed(self.fib_watcher):
             if event.get("d", "").split("/")[0] != self.bgp4:
                 continue
             gateways = sorted(event.get("v") or [])
@@ -231,7 +239,7 @@ class Watch:
             elif gateways != (self.fib_changes[-1]["v"] if self.fib_changes else self.first_fib):
                 self.fib_changes.append({"t": event["t"], "v": gateways})
         assert self.arp_watcher.process.stdout is not None
-        for event in _lines(self.arp_watcher.process):
+        for event in witness.printed(self.arp_watcher.process):
             if self.first_macs is None:
                 self.first_macs = event["macs"]
             else:
@@ -283,6 +291,16 @@ def supervise_controller(deployment: deploy.Deployment, say: Callable[[str], Non
     return [code]
 
 
+PROBE = "probe"  # a Service whose address is moved after the outage: ironlb's own convergence
+PROBE_MOVED_TO = "10.250.0.160"  # the L2 pool's last address, unused by the scenarios
+NEW_SERVICE = "after-outage"
+NEW_SERVICE_WAIT_S = 120.0
+
+
+def _announced(lab: network_lab.Lab, address: str) -> bool:
+    return bool(witness.arp_macs(lab, address, count=1, wait_s=1))
+
+
 def apiserver_outage(
     lab: network_lab.Lab,
     deployment: deploy.Deployment,
@@ -291,13 +309,31 @@ def apiserver_outage(
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """Stop the apiserver for `outage_s`, start it again, wait for convergence; what the ToR saw
-    change meanwhile, what ironlb rewrote, and what became of the processes."""
-    before = resource_versions(lab, vips.namespace)
+    change meanwhile, what ironlb rewrote, and what became of the processes.
+
+    Convergence is shown twice. `converged_s`: a Service that existed before the outage is asked
+    for another address (`metallb.io/loadBalancerIPs`) once the apiserver is back; the controller
+    moves it and a speaker answers ARP for it: ironlb alone. `new_service_s`: a new Service
+    selecting running Pods is created and must be announced; that also waits for
+    kube-controller-manager to make its EndpointSlice (`endpoints_s`), whose informers come back
+    after their own backoff."""
+    ns = vips.namespace
+    probe = objects.service(ns, PROBE)
+    probe["spec"]["selector"] = {"app": "l2"}  # the l2 Service's Pods: ready endpoints
+    objects.apply(lab, probe)
+    (first,) = objects.ingress(lab, ns, PROBE, 1)
+    objects.wait_until("the probe Service announced", lambda: _announced(lab, first))
+    before = written(lab, ns, exclude=(PROBE, NEW_SERVICE))
     cluster = lab.cluster
+    converged_s: float | None = None
+    new_service_s: float | None = None
+    endpoints_s: float | None = None
+    unconverged = ""
     with watching(lab, vips) as watch:
         time.sleep(1.0)  # the watchers' first state
         watch.poll()
         say(f"stopping kube-apiserver for {outage_s:.0f} s")
+        stopped_at = time.monotonic()
         cluster.stop_apiserver()
         exits: list[int] = []
         try:
@@ -308,40 +344,63 @@ def apiserver_outage(
                 time.sleep(0.5)
         finally:
             cluster.start_apiserver()
-        say("kube-apiserver is back")
+        back = time.monotonic()
+        say(f"kube-apiserver is back after {back - stopped_at:.1f} s")
         exits += supervise_controller(deployment, say)
         speakers_alive = sorted(i for i, p in deployment.speakers.items() if p.poll() is None)
-        # Convergence: both components act on something new, through the restored apiserver.
-        unconverged = ""
-        # Selecting the l2 Service's Pods: a Service without a ready endpoint is not announced.
-        probe = objects.service(vips.namespace, "after-outage", dual=True)
-        probe["spec"]["selector"] = {"app": "l2"}
-        objects.apply(lab, probe)
+        lab.kubectl(
+            "annotate", "service", PROBE, "-n", ns, f"metallb.io/loadBalancerIPs={PROBE_MOVED_TO}"
+        )
+        new = objects.service(ns, NEW_SERVICE)
+        new["spec"]["selector"] = {"app": "l2"}
+        objects.apply(lab, new)
         try:
-            new = objects.ingress(lab, vips.namespace, "after-outage", 2)
-            v4 = next(a for a in new if ":" not in a)
-            try:
-                objects.wait_until(
-                    "the new Service to be announced", lambda: bool(witness.arp_macs(lab, v4))
-                )
-            except AssertionError as e:
-                endpoints = objects.ready_endpoint_nodes(lab, vips.namespace, "after-outage")
+            bound = time.monotonic() + NEW_SERVICE_WAIT_S
+            new_v4: str | None = None
+            while time.monotonic() < bound and (converged_s is None or new_service_s is None):
+                watch.poll()
+                exits += supervise_controller(deployment, say)
+                if converged_s is None and _announced(lab, PROBE_MOVED_TO):
+                    converged_s = time.monotonic() - back
+                if endpoints_s is None and objects.ready_endpoint_nodes(lab, ns, NEW_SERVICE):
+                    endpoints_s = time.monotonic() - back
+                if new_v4 is None:
+                    svc = objects.get(lab, "service", NEW_SERVICE, "-n", ns)
+                    ips = [
+                        e["ip"]
+                        for e in svc.get("status", {}).get("loadBalancer", {}).get("ingress") or []
+                    ]
+                    new_v4 = ips[0] if ips else None
+                if new_service_s is None and new_v4 is not None and _announced(lab, new_v4):
+                    new_service_s = time.monotonic() - back
+                time.sleep(0.2)
+            if converged_s is None or new_service_s is None:
                 tails = {
                     name: deployment.logs(f"speaker-{name}").splitlines()[-6:]
                     for name in lab.node_names
                 }
                 controller = deployment.logs("controller").splitlines()[-6:]
                 unconverged = (
-                    f"{e}; ready endpoints on {sorted(endpoints)}; speakers' last lines: "
+                    f"after {NEW_SERVICE_WAIT_S:.0f} s: probe moved {converged_s is not None}, "
+                    f"new Service announced {new_service_s is not None}; speakers' last lines: "
                     f"{json.dumps(tails)}; controller's: {json.dumps(controller)}"
                 )
                 say(f"NOT CONVERGED: {unconverged}")
         finally:
-            lab.kubectl("delete", "service", "after-outage", "-n", vips.namespace, "--wait=false")
+            for name in (NEW_SERVICE, PROBE):
+                lab.kubectl("delete", "service", name, "-n", ns, "--wait=false")
         watch.poll()
-    after = resource_versions(lab, vips.namespace)
+    after = written(lab, ns, exclude=(PROBE, NEW_SERVICE))
     # Objects made or deleted by someone else meanwhile are not ours to judge: compare the rest.
-    rewritten = sorted(k for k, v in before.items() if k in after and after[k] != v)
+    rewritten = [
+        {
+            "object": k,
+            "recreated": after[k]["uid"] != before[k]["uid"],
+            "writers": after[k]["writers"],
+        }
+        for k in sorted(before.keys() & after.keys())
+        if after[k]["rv"] != before[k]["rv"]
+    ]
     return {
         # A change that takes a nexthop away, in either family.
         "withdrawals": sum(1 for c in watch.fib_changes if set(watch.first_fib or []) - set(c["v"]))
@@ -362,6 +421,9 @@ def apiserver_outage(
         "objects_compared": len(before.keys() & after.keys()),
         "speakers_alive": speakers_alive,
         "controller_exits": exits,
-        # Empty once the new Service was announced; else why not (a finding, not an error).
+        "converged_s": None if converged_s is None else round(converged_s, 2),
+        "new_service_s": None if new_service_s is None else round(new_service_s, 2),
+        "endpoints_s": None if endpoints_s is None else round(endpoints_s, 2),
+        # Empty once both were announced; else why not (a finding, not an error).
         "unconverged": unconverged,
     }

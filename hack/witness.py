@@ -243,6 +243,16 @@ def watch_fib(networks: Sequence[ipaddress.IPv4Network], out: IO[str]) -> None:
             out.flush()
 
 
+def printed(process: subprocess.Popen[str]) -> Iterator[dict[str, Any]]:
+    """Whatever a watcher has printed so far (JSON lines), without blocking."""
+    assert process.stdout is not None
+    while select.select([process.stdout], [], [], 0)[0]:
+        line = process.stdout.readline()
+        if not line:
+            return
+        yield json.loads(line)
+
+
 def start_fib_watcher(lab: network_lab.Lab, networks: Sequence[str]) -> subprocess.Popen[str]:
     """`watch_fib` on the ToR; its lines on the process's stdout."""
     return lab.popen(

@@ -101,7 +101,7 @@ class BGP(Protocol):
 
     async def wait_synced(self, timeout: float) -> bool: ...
 
-    async def close(self) -> None: ...
+    async def close(self, restarting: bool = False) -> None: ...
 
 
 class Membership(Protocol):
@@ -140,6 +140,8 @@ class Agent:
     _metric_labels: set[tuple[str, str, str, str]] = field(default_factory=set)
     _posting: set[asyncio.Future[None]] = field(default_factory=set)
     _wanted_status: dict[str, list[status.Wanted]] = field(default_factory=dict)
+    # Layer 2: (namespace, name) -> the nodes elected for one of the Service's addresses.
+    _l2_announcers: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     _status_dirty: asyncio.Event = field(default_factory=asyncio.Event)
     _event_gate: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(EVENT_CONCURRENCY)
@@ -252,6 +254,12 @@ class Agent:
                 snap.config, snap.nodes.get(me), bgp_plan, self.passwords
             )
         self._account(l2, reached, snap)
+        self._l2_announcers = {
+            (service.namespace, service.name): frozenset(
+                owner for ip in service.ips if (owner := l2.owners.get(ip)) is not None
+            )
+            for service in snap.services
+        }
         self._wanted_status = {
             model.SERVICE_L2_STATUS: status.wanted_l2(
                 me, l2 if self.layer2 is not None else _EMPTY_L2
@@ -350,7 +358,11 @@ class Agent:
         me, ns = self.options.node_name, self.options.namespace
         existing = list(self.store.config.get(kind, {}).values())
         changes = status.diff(
-            kind, me, wanted, existing, evict_others=kind == model.SERVICE_L2_STATUS
+            kind,
+            me,
+            wanted,
+            existing,
+            announcers=self._l2_announcers if kind == model.SERVICE_L2_STATUS else None,
         )
         plural, versions = model.RESOURCES[kind]
         base = kube.group_path(model.GROUP, versions[-1], plural, ns)
@@ -467,7 +479,9 @@ class Agent:
             self.layer2.set_owned({})
             await self.layer2.close()
         if self.bgp is not None:
-            await self.bgp.close()
+            # A stopping speaker is a restarting one (its node stays): peers with graceful
+            # restart keep forwarding to this node meanwhile; the others get withdrawals.
+            await self.bgp.close(restarting=True)
 
 
 _EMPTY_L2 = desired.L2Plan((), {}, {})

@@ -45,10 +45,12 @@ class BGPApplier:
         passwords: Mapping[str, str],
     ) -> Mapping[str, tuple[model.PeerName, ...]]:
         intent = bgp_intent.intent(config, node, plan, passwords)
-        problems = [*intent.problems, *await self.speaker.set_peers(intent.sessions)]
         wanted = routes.desired(intent.announcements, intent.sessions)
-        problems += wanted.problems
+        # Routes first: a session that starts now starts with them (with graceful restart, its
+        # End-of-RIB must follow the routes, not an empty start).
         self.speaker.set_routes(wanted.routes)
+        problems = [*intent.problems, *await self.speaker.set_peers(intent.sessions)]
+        problems += wanted.problems
         text = tuple(str(p) for p in problems)
         if text != self._problems:
             for line in text:
@@ -59,8 +61,8 @@ class BGPApplier:
     async def wait_synced(self, timeout: float) -> bool:
         return await self.speaker.wait_synced(timeout)
 
-    async def close(self) -> None:
-        await self.speaker.close()
+    async def close(self, restarting: bool = False) -> None:
+        await self.speaker.close(restarting=restarting)
 
 
 def bgp(node_name: str, registry: prom_registry.CollectorRegistry) -> BGPApplier:

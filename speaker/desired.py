@@ -195,10 +195,16 @@ def _l2_candidacy(
 
 def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
     reasons: dict[str, Reason] = {}
-    # address -> (candidates, scores, [(service key, ads)]) merged over the Services holding it.
+    # address -> (candidates, scores, [(service key, ads)], election keys) merged over the
+    # Services holding it.
     per_address: dict[
         addresses.IPAddress,
-        tuple[set[str], dict[str, int], list[tuple[str, tuple[model.L2Advertisement, ...]]]],
+        tuple[
+            set[str],
+            dict[str, int],
+            list[tuple[str, tuple[model.L2Advertisement, ...]]],
+            set[addresses.IPAddress],
+        ],
     ] = {}
     for service in snapshot.services:
         if not service.ips:
@@ -213,16 +219,22 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
             reasons[service.key] = candidacy
             continue
         for ip in service.ips:
-            cands, scores, holders = per_address.setdefault(ip, (set(), {}, []))
+            cands, scores, holders, keys = per_address.setdefault(ip, (set(), {}, [], set()))
             cands |= candidacy.candidates
             for name, score in candidacy.scores.items():
                 scores[name] = max(scores.get(name, 0), score)
             holders.append((service.key, candidacy.ads))
+            # MetalLB hashes a Service's first address for all of them: a dual-stack Service
+            # is announced by one node in both families.
+            keys.add(service.ips[0])
     owners: dict[addresses.IPAddress, str | None] = {}
     mine: list[L2Address] = []
-    for ip in sorted(per_address, key=lambda a: (a.version, int(a))):
-        cands, scores, holders = per_address[ip]
-        order = election_order(cands, ip, scores)
+    for ip in sorted(per_address, key=_address_order):
+        cands, scores, holders, keys = per_address[ip]
+        # Services sharing an address but listing different first addresses (MetalLB would
+        # elect each on its own and may get two announcers): the smallest key decides, the
+        # same on every node, so an address always has one owner.
+        order = election_order(cands, min(keys, key=_address_order), scores)
         owner = order[0] if order else None
         owners[ip] = owner
         node = snapshot.nodes.get(me)
@@ -248,6 +260,10 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
         for key in entry.services:
             reasons.pop(key, None)
     return L2Plan(tuple(mine), owners, reasons)
+
+
+def _address_order(address: addresses.IPAddress) -> tuple[int, int]:
+    return (address.version, int(address))
 
 
 def _interfaces(ads: Iterable[model.L2Advertisement]) -> tuple[str, ...]:

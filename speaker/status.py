@@ -121,13 +121,16 @@ def diff(
     wanted: Iterable[Wanted],
     existing: Iterable[Mapping[str, Any]],
     *,
-    evict_others: bool = False,
+    announcers: Mapping[tuple[str, str], frozenset[str]] | None = None,
 ) -> Changes:
     """Compare with the objects of `kind` that exist; only those labelled with our node count.
 
-    `evict_others` (layer 2, where one node announces a Service): another node's object for a
-    Service we now announce is deleted too, as MetalLB's new owner does. That node may be dead
-    (SIGKILL, a cut link) and never delete its own, and a reader must not see two announcers."""
+    `announcers` (layer 2, where one node announces a Service): for each Service, the nodes
+    elected for one of its addresses. Another node's object for a Service we announce is
+    deleted too, as MetalLB's new owner does, unless that node is elected as well (a Service
+    whose addresses have different owners): it may be dead (SIGKILL, a cut link) and never
+    delete its own, and a reader must not see a node that does not announce. Two elected nodes
+    deleting each other's objects would rewrite them for ever."""
     wanted_list = list(wanted)
     ours = {(w.service_namespace, w.service_name) for w in wanted_list}
     mine = {}
@@ -137,15 +140,16 @@ def diff(
         labels = meta.get("labels") or {}
         if obj.get("kind", kind) != kind:
             continue
+        service = (
+            str(labels.get(keys.STATUS_SERVICE_NAMESPACE)),
+            str(labels.get(keys.STATUS_SERVICE_NAME)),
+        )
         if labels.get(keys.STATUS_NODE) == node:
             mine[str(meta.get("name"))] = obj
         elif (
-            evict_others
-            and (
-                labels.get(keys.STATUS_SERVICE_NAMESPACE),
-                labels.get(keys.STATUS_SERVICE_NAME),
-            )
-            in ours
+            announcers is not None
+            and service in ours
+            and labels.get(keys.STATUS_NODE) not in announcers.get(service, frozenset())
         ):
             evicted.append(str(meta.get("name")))
     create, update = [], []

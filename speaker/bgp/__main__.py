@@ -8,6 +8,7 @@ and for trying things by hand inside a network namespace. One JSON object per li
   {"announcements": [{"address": "10.252.0.1", "advertisements": [{"aggregationLength": 32,
               "localPref": 100, "communities": ["1:2", "large:1:2:3"], "peers": ["tor"]}]}]}
   {"status": true} | {"wait_synced": 10} | {"pids": true} | {"metrics": true} | {"close": true}
+  | {"close": true, "restarting": true} (as a speaker update: graceful-restart peers keep routes)
 
 Answers and every session change go to stdout as JSON lines stamped with the monotonic clock
 (`t`); logs go to stderr. End of input or SIGTERM means a graceful shutdown: withdraw, wait until
@@ -118,6 +119,7 @@ class Driver:
         self.announcements: list[routes.Announcement] = []
         self._last_status: Any = None
         self.done = asyncio.Event()
+        self.restarting = False
 
     def emit(self, event: str, **fields: Any) -> None:
         record = {"event": event, "t": asyncio.get_running_loop().time(), **fields}
@@ -155,6 +157,7 @@ class Driver:
         if "metrics" in message:
             self.emit("metrics", text=generate_latest(self.registry).decode())
         if message.get("close"):
+            self.restarting = bool(message.get("restarting", False))
             self.done.set()
 
     async def run(self) -> None:
@@ -168,7 +171,7 @@ class Driver:
         reading.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await reading
-        await self.speaker.close()
+        await self.speaker.close(restarting=self.restarting)
         self.emit("closed")
 
     async def _read(self, reader: asyncio.StreamReader) -> None:

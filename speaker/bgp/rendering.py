@@ -14,7 +14,10 @@ holds one `process` (the API bridge) and one `neighbor`. Mapping from BGPPeer fi
   does (MetalLB's default backend), instead of the kernel default 64;
 - password -> `md5-password` in base64 with `md5-base64 true`, so that no byte of a password can
   break the configuration syntax (ExaBGP's tokenizer has no escape for a quote inside quotes);
-- enableGracefulRestart -> `capability { graceful-restart 120; }` (FRR's default restart time);
+- enableGracefulRestart -> `capability { graceful-restart 120; }` (FRR's default restart time)
+  and `manual-eor true`: after a restart the peer keeps our routes as stale until our End-of-RIB,
+  which must therefore follow the routes the speaker computed, not ExaBGP's empty start (see
+  `speaking`);
 - address families: the session's own, or both for dualStackAddressFamily.
 
 API commands: `announce route P next-hop self origin igp [local-preference N]
@@ -77,6 +80,7 @@ def config(peer: peers_module.Peer, helper: Sequence[str], node_name: str) -> st
         lines.append("    md5-base64 true;")
     if peer.graceful_restart:
         lines += [
+            "    manual-eor true;",
             "    capability {",
             f"        graceful-restart {peers_module.GRACEFUL_RESTART_TIME};",
             "    }",
@@ -168,6 +172,11 @@ def commands(
                 text = f"announce attributes next-hop {next_hop} {attr_text} nlri {nlri}"
             out.append(Command(text, announce=tuple(chunk), attributes=attrs))
     return out
+
+
+def end_of_rib(family: int) -> str:
+    """The End-of-RIB marker for one address family (sent by hand with `manual-eor`)."""
+    return f"announce eor ipv{family} unicast"
 
 
 def teardown(peer: peers_module.Peer, code: int = 6) -> str:

@@ -12,6 +12,16 @@ on the wire (or the session is gone, or 5 s passed), closes the session with a C
 NOTIFICATION, and only then stops ExaBGP: a peer that negotiated graceful restart would
 otherwise keep our routes as stale for two minutes.
 
+Graceful restart (RFC 4724, `enableGracefulRestart`): when the speaker process itself stops
+(`Speaker.close(restarting=True)`: a DaemonSet update, not a peer removed from the
+configuration), the runner of such a peer withdraws nothing: ExaBGP closes the session without a
+NOTIFICATION, so the peer, as helper, keeps our routes as stale and keeps forwarding to this node
+(whose kube-proxy still serves) while the next speaker starts. That one's ExaBGP sends no
+End-of-RIB by itself (`manual-eor`): the runner sends it once the session is up and the routes
+the speaker computed have been handed over, so the peer replaces the stale routes with current
+ones and drops only those not announced again. Sending it at once would have the peer drop
+everything before the first announcement.
+
 BFD: a peer with a BFD profile gets a BFD session. When one that was Up goes Down for any reason
 but the peer's own AdminDown, the BGP session is torn down at once (Cease); ExaBGP then
 reconnects by itself, which succeeds when the path is back. The runner does not hold BGP down
@@ -93,6 +103,8 @@ class _Runner:
         self.updates = 0
         self.refused = 0
         self._closing = False
+        self._keep_routes = False  # on close: leave the routes to the peer's graceful restart
+        self._eor_due = False  # graceful restart: End-of-RIB to send once the routes are handed
         self._teardown = False
         self._went_up = False  # in the current ExaBGP's life
         self._retry_at: float | None = None
@@ -117,7 +129,8 @@ class _Runner:
         self._teardown = True
         self._wake.set()
 
-    async def close(self) -> None:
+    async def close(self, keep_routes: bool = False) -> None:
+        self._keep_routes = keep_routes and self.peer.graceful_restart
         self._closing = True
         self._wake.set()
         try:
@@ -195,6 +208,11 @@ class _Runner:
             if self._retry_at is None or loop.time() >= self._retry_at:
                 self._retry_at = None
                 await self._push(process, routes.diff_peer(self.applied, self.desired))
+            if self._eor_due and self.bgp == "up":
+                # After the push: ExaBGP puts the marker on the wire behind the routes.
+                self._eor_due = False
+                for family in self.peer.families:
+                    await process.command(rendering.end_of_rib(family))
             if self.applied == self.desired:
                 self.synced.set()
             timeout = None if self._retry_at is None else max(0.0, self._retry_at - loop.time())
@@ -226,6 +244,14 @@ class _Runner:
         self.owner._changed()
 
     async def _shut(self, process: exabgp.Process) -> None:
+        if self._keep_routes:
+            log.info(
+                "bgp %s: leaving %d routes to the peer's graceful restart",
+                self.peer.name,
+                len(self.on_wire),
+            )
+            await process.stop()  # with graceful restart negotiated: no NOTIFICATION
+            return
         with contextlib.suppress(exabgp.ExaBGPError):
             await self._push(process, routes.diff_peer(self.applied, {}))
         loop = asyncio.get_running_loop()
@@ -257,7 +283,11 @@ class _Runner:
         if isinstance(event, events.StateChange):
             if event.state == "up":
                 self._went_up = True
+                if self.peer.graceful_restart:
+                    self._eor_due = True
+                    self._wake.set()
             else:
+                self._eor_due = False
                 self.on_wire.clear()
                 self._wire_changed.set()
             log.info("bgp %s: session %s %s", self.peer.name, event.state, event.reason)
@@ -419,14 +449,17 @@ class Speaker:
             for name, r in self._runners.items()
         }
 
-    async def close(self) -> None:
-        """Withdraw everything, wait until sent, close the sessions, then stop BFD."""
+    async def close(self, restarting: bool = False) -> None:
+        """Withdraw everything, wait until sent, close the sessions, then stop BFD.
+        `restarting`: this process stops but the node stays (a speaker update): peers with
+        graceful restart keep our routes as stale instead, until the next speaker's End-of-RIB
+        or their restart time."""
         if self._closed:
             return
         self._closed = True
         runners = list(self._runners.values())
         self._runners.clear()
-        await asyncio.gather(*(self._stop_runner(r) for r in runners))
+        await asyncio.gather(*(r.close(keep_routes=restarting) for r in runners))
         if self._bfd is not None:
             await asyncio.gather(*(self._bfd.remove(a) for a in self._bfd.sessions()))
             self._bfd.close()

@@ -558,6 +558,57 @@ def test_graceful_shutdown_withdraws_before_closing(
     assert all(kind != 2 or withdrawn for t, kind, withdrawn in messages if t > withdrawals[0])
 
 
+def test_graceful_restart_keeps_routes_across_a_speaker_restart(
+    lab: network_lab.Lab, speakers: Callable[[int], Speaker]
+) -> None:
+    """With enableGracefulRestart, a restarting speaker leaves its routes with the ToR (stale,
+    still in its FIB: no gap); the next speaker's End-of-RIB, sent after its routes, refreshes
+    what it announces again and purges what it does not. The ToR's FIB is watched over netlink,
+    so no change in between can go unseen."""
+    kept, dropped = "10.252.0.44", "10.252.0.45"
+    gr = peer("tor", TOR_V4, node_asn(2), enableGracefulRestart=True)
+    first = speakers(2)
+    assert first.set_peers(gr) == []
+    first.announce(kept, dropped)
+    first.wait_state("tor", bgp="up")
+    wait_for("routes", lambda: witness.fib(lab, f"{dropped}/32") == {first.address})
+    wait_for("routes", lambda: witness.fib(lab, f"{kept}/32") == {first.address})
+    watcher = witness.start_fib_watcher(lab, [f"{kept}/32", f"{dropped}/32"])
+    try:
+        wait_for("the watcher's first dump", lambda: list(witness.printed(watcher)), 10)
+        first.request("closed", close=True, restarting=True)
+        assert first.proc.wait(10) == 0
+        # The session is gone, the routes are not: FRR keeps them as stale.
+        wait_for(
+            "the session down",
+            lambda: neighbor(lab, first.address).get("bgpState") != "Established",
+        )
+        wait_for(
+            "stale paths",
+            lambda: (
+                all(p.get("stale") for p in bgp_path(lab, f"{kept}/32"))
+                and bgp_path(lab, f"{kept}/32")
+            ),
+        )
+        assert witness.fib(lab, f"{kept}/32") == {first.address}
+        second = speakers(2)
+        assert second.set_peers(gr) == []
+        second.announce(kept)
+        second.wait_state("tor", bgp="up")
+        # End-of-RIB: the route announced again is fresh, the other one is purged.
+        wait_for("the dropped route purged", lambda: witness.fib(lab, f"{dropped}/32") == set())
+        paths = bgp_path(lab, f"{kept}/32")
+        assert paths and not any(p.get("stale") for p in paths), paths
+        assert witness.fib(lab, f"{kept}/32") == {first.address}
+        changes = [e for e in witness.printed(watcher) if "d" in e]
+    finally:
+        watcher.kill()
+        watcher.wait(5)
+    # Over the whole restart, the kept route never left the FIB nor changed its next hop.
+    assert not [e for e in changes if e["d"] == f"{kept}/32" and e["v"] != [first.address]], changes
+    assert [e["v"] for e in changes if e["d"] == f"{dropped}/32"][-1:] == [[]], changes
+
+
 def bgp_stream_from(pcap: Path, source: str) -> tuple[list[tuple[float, int, bool]], float | None]:
     """(time, type, carries withdrawals) of each BGP message `source` sent, and when it sent
     its FIN or RST."""

@@ -63,7 +63,9 @@ class FakeExaBGP:
         if any(text.startswith(r) for r in self.refuse):
             return False
         address = str(self.peer.peer_address)
-        if text.startswith("announce"):
+        if text.startswith("announce eor"):
+            pass
+        elif text.startswith("announce"):
             self._emit(events.Sent(address, announced=_prefixes(text)))
         elif text.startswith("withdraw"):
             sent = events.Sent(address, withdrawn=_prefixes(text))
@@ -182,6 +184,76 @@ async def test_shutdown_withdraws_waits_for_the_wire_then_closes(fakes: Fakes) -
     order = fake.timeline[fake.timeline.index("withdraw") :]
     assert order == ["withdraw", "sent-withdraw", "teardown", "stop"]
     assert speaker.session_states() == {}
+
+
+async def test_graceful_restart_peers_keep_routes_when_the_speaker_restarts(
+    fakes: Fakes,
+) -> None:
+    """A stopping speaker (restarting=True) withdraws nothing from a graceful-restart peer and
+    sends no NOTIFICATION; other peers still get withdrawals first."""
+    speaker = make_speaker(fakes)
+    gr, plain = peer("gr", "10.0.0.1", graceful_restart=True), peer("plain", "10.0.0.2")
+    await speaker.set_peers([gr, plain])
+    speaker.set_routes({"gr": {net("10.1.0.1/32"): A()}, "plain": {net("10.1.0.2/32"): A()}})
+    await settle(speaker)
+    kept, withdrawn = fakes
+    await speaker.close(restarting=True)
+    assert kept.timeline == ["announce", "announce", "stop"]
+    assert withdrawn.timeline == ["announce", "withdraw", "teardown", "stop"]
+
+
+async def test_graceful_restart_peer_is_withdrawn_when_only_its_configuration_goes(
+    fakes: Fakes,
+) -> None:
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer(graceful_restart=True)])
+    speaker.set_routes({"tor": {net("10.1.0.1/32"): A()}})
+    await settle(speaker)
+    await speaker.set_peers([])
+    assert fakes[0].timeline[-3:] == ["withdraw", "teardown", "stop"]
+    await speaker.close(restarting=True)
+
+
+async def test_graceful_restart_end_of_rib_follows_the_routes_on_every_session(
+    fakes: Fakes,
+) -> None:
+    """With manual End-of-RIB, the marker for each family goes out after the routes the speaker
+    computed, on the first session and again after ExaBGP is restarted."""
+    speaker = make_speaker(fakes)
+    dual = peer(graceful_restart=True, dual_stack=True)
+    speaker.set_routes({"tor": {net("10.1.0.1/32"): A()}})
+    await speaker.set_peers([dual])
+    await settle(speaker)
+    assert fakes[0].commands == [
+        "announce route 10.1.0.1/32 next-hop self origin igp",
+        "announce eor ipv4 unicast",
+        "announce eor ipv6 unicast",
+    ]
+    # A later change sends no new marker: it belongs to the session's start.
+    speaker.set_routes({"tor": {net("10.1.0.1/32"): A(), net("10.1.0.2/32"): A()}})
+    await settle(speaker)
+    assert fakes[0].commands[-1] == "announce route 10.1.0.2/32 next-hop self origin igp"
+    fakes[0].die()
+    for _ in range(50):
+        await asyncio.sleep(0)
+        if len(fakes) == 2 and len(fakes[1].commands) == 3:
+            break
+    assert fakes[1].commands == [
+        "announce attributes next-hop self origin igp nlri 10.1.0.1/32 10.1.0.2/32",
+        "announce eor ipv4 unicast",
+        "announce eor ipv6 unicast",
+    ]
+    await speaker.close()
+
+
+async def test_without_graceful_restart_no_end_of_rib_is_sent_by_hand(fakes: Fakes) -> None:
+    speaker = make_speaker(fakes)
+    speaker.set_routes({"tor": {net("10.1.0.1/32"): A()}})
+    await speaker.set_peers([peer()])
+    await settle(speaker)
+    assert not any("eor" in c for c in fakes[0].commands)
+    await speaker.close(restarting=True)
+    assert fakes[0].timeline[-3:] == ["withdraw", "teardown", "stop"]
 
 
 async def test_a_refused_command_is_not_retried_in_a_loop(fakes: Fakes) -> None:

@@ -324,6 +324,50 @@ def test_shared_address_has_one_owner_even_when_candidates_differ() -> None:
     assert len(announcers(snap)) == 1
 
 
+def owners_of(snap: desired.Snapshot) -> dict[addresses.IPAddress, set[str]]:
+    owners: dict[addresses.IPAddress, set[str]] = {}
+    for n in snap.nodes:
+        for entry in desired.l2_plan(snap, model.NodeName(n)).mine:
+            owners.setdefault(entry.address, set()).add(n)
+    return owners
+
+
+def test_dual_stack_service_is_announced_by_one_node_elected_on_its_first_address() -> None:
+    """MetalLB hashes ingress[0] for every address of a Service: with these names, electing
+    each address on its own would split the families (10.20.30.1 -> iris2, fc00::2 -> iris1)."""
+    nodes = [node("iris1"), node("iris2")]
+    assert desired.election_order(names("iris1", "iris2"), ip("fc00::2"))[0] == "iris1"
+    assert desired.election_order(names("iris1", "iris2"), ip("10.20.30.1"))[0] == "iris2"
+    both = [ep("iris1"), ep("iris2")]
+    snap = snapshot([svc("10.20.30.1", extra=["fc00::2"], endpoints=both)], nodes)
+    assert owners_of(snap) == {ip("10.20.30.1"): {"iris2"}, ip("fc00::2"): {"iris2"}}
+    # Listed v6 first, the v6 address decides for both.
+    snap = snapshot([svc("fc00::2", extra=["10.20.30.1"], endpoints=both)], nodes)
+    assert owners_of(snap) == {ip("10.20.30.1"): {"iris1"}, ip("fc00::2"): {"iris1"}}
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4), st.booleans()), min_size=1, max_size=6)
+)
+def test_shared_addresses_with_different_first_addresses_have_one_owner(
+    specs: list[tuple[int, int, bool]],
+) -> None:
+    """Services sharing addresses in any combination and order: one owner per address."""
+    nodes = [node(n) for n in ("n1", "n2", "n3", "n4")]
+    ready = [ep(n.name) for n in nodes]
+    services = [
+        svc(f"10.20.30.{v4}", name=f"s{i}", shares=True, extra=[f"fc00::{v6}"], endpoints=ready)
+        if v6_last
+        else svc(
+            f"fc00::{v6}", name=f"s{i}", shares=True, extra=[f"10.20.30.{v4}"], endpoints=ready
+        )
+        for i, (v4, v6, v6_last) in enumerate(specs)
+    ]
+    owners = owners_of(snapshot(services, nodes))
+    assert owners and all(len(v) == 1 for v in owners.values())
+
+
 @settings(max_examples=150)
 @given(
     st.lists(st.sampled_from(["n1", "n2", "n3", "n4"]), unique=True, min_size=0, max_size=4),

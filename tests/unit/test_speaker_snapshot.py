@@ -260,12 +260,17 @@ def test_layer2_owner_evicts_other_nodes_objects_for_its_services_only() -> None
         }
 
     existing = [theirs("l2-dead-owner", "n2", "a"), theirs("l2-other-service", "n3", "b")]
-    evicting = status.diff(model.SERVICE_L2_STATUS, "n1", [a], existing, evict_others=True)
+    elected = {("app", "a"): frozenset({"n1"})}
+    evicting = status.diff(model.SERVICE_L2_STATUS, "n1", [a], existing, announcers=elected)
     assert evicting.delete == ("l2-dead-owner",)
     assert [w.name for w in evicting.create] == [a.name]
     # BGP: every node announces, nobody evicts; nor does a node that owns nothing.
     assert status.diff(model.SERVICE_L2_STATUS, "n1", [a], existing).delete == ()
-    assert status.diff(model.SERVICE_L2_STATUS, "n1", [], existing, evict_others=True).delete == ()
+    assert status.diff(model.SERVICE_L2_STATUS, "n1", [], existing, announcers=elected).delete == ()
+    # A Service whose addresses went to two nodes: each keeps its object, neither deletes the
+    # other's (they would take turns for ever).
+    both = {("app", "a"): frozenset({"n1", "n2"})}
+    assert status.diff(model.SERVICE_L2_STATUS, "n1", [a], existing, announcers=both).delete == ()
 
 
 def test_settled_status_needs_no_change() -> None:
