@@ -16,9 +16,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hack import deploy, loadgen, objects, witness
@@ -33,6 +36,7 @@ STREAMS = 1  # long-lived streams per address
 SPEAKER_HEALTH_PORT = 7473
 WATCH_EVERY_S = 0.2
 SETTLE_TIMEOUT_S = 60.0
+KILL_SEEN_S = 3.0  # a hold time: if the next hop never left by then, it stayed
 
 
 @dataclass
@@ -58,9 +62,25 @@ def clear_configuration(lab: network_lab.Lab) -> None:
     objects.clear_configuration(lab)
 
 
-def configuration() -> list[dict[str, Any]]:
+def set_graceful_restart(
+    lab: network_lab.Lab, vips: Vips, on: bool, say: Callable[[str], None]
+) -> None:
+    """Replace the BGPPeers by ones with(out) graceful restart (the field is immutable, as in
+    MetalLB), then wait until every node announces again."""
+    say(f"BGP peers {'with' if on else 'without'} graceful restart")
+    peers = [o for o in configuration(on) if o["kind"] == "BGPPeer"]
+    for peer in peers:
+        lab.kubectl(
+            "delete", "bgppeers.metallb.io", peer["metadata"]["name"],
+            "-n", objects.METALLB_NAMESPACE, "--ignore-not-found",
+        )  # fmt: skip
+    objects.apply(lab, *peers)
+    objects.wait_until("every node to announce again", lambda: settled(lab, vips))
+
+
+def configuration(graceful_restart: bool = False) -> list[dict[str, Any]]:
     """An L2 pool (assigned by default) and a BGP one (by annotation); the ToR as BGP peer,
-    one session per family."""
+    one session per family, with or without graceful restart."""
     return [
         objects.metallb("IPAddressPool", L2_POOL, {"addresses": L2_RANGES}),
         objects.metallb("L2Advertisement", L2_POOL, {"ipAddressPools": [L2_POOL]}),
@@ -73,6 +93,7 @@ def configuration() -> list[dict[str, Any]]:
                 "peerASN": network_lab.TOR_ASN,
                 "peerAddress": str(network_lab.TOR_LAN_V4),
                 "holdTime": "3s",
+                "enableGracefulRestart": graceful_restart,
             },
             version="v1beta2",
         ),
@@ -85,6 +106,7 @@ def configuration() -> list[dict[str, Any]]:
                 "peerASN": network_lab.TOR_ASN,
                 "peerAddress": str(network_lab.TOR_LAN_V6),
                 "holdTime": "3s",
+                "enableGracefulRestart": graceful_restart,
             },
             version="v1beta2",
         ),
@@ -171,6 +193,88 @@ def rolling_restart(
     deployment.stop_controller()
     deployment.start_controller()
     controller_leads(lab, vips.namespace, "after-controller-restart")
+
+
+# --- faults ------------------------------------------------------------------------------------
+
+
+def exabgp_pids(deployment: deploy.Deployment, index: int) -> list[int]:
+    """The ExaBGP processes (one per peer) the speaker of node `index` runs."""
+    speaker = deployment.speakers[index]
+    found = []
+    for task in Path(f"/proc/{speaker.pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            for child in (task / "children").read_text().split():
+                with contextlib.suppress(OSError):
+                    argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+                    if any(b"exabgp" in arg for arg in argv):
+                        found.append(int(child))
+    return sorted(found)
+
+
+def _announces(lab: network_lab.Lab, vips: Vips, index: int) -> bool:
+    return str(lab.node_v4(index)) in witness.fib(lab, vips.v4("bgp")) and str(
+        lab.node_v6(index)
+    ) in witness.fib(lab, vips.v6("bgp"))
+
+
+def exabgp_kill(
+    lab: network_lab.Lab,
+    deployment: deploy.Deployment,
+    vips: Vips,
+    index: int,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """SIGKILL every ExaBGP of one speaker; the speaker starts them again and announces again.
+    `recovery_s`: from the kill until the ToR has the node as next hop again in both families
+    (sampled every few milliseconds); `withdrawn`: whether the ToR dropped it meanwhile (it does
+    unless graceful restart keeps the routes)."""
+    pids = exabgp_pids(deployment, index)
+    if not pids:
+        raise AssertionError(f"no ExaBGP process under the speaker of node{index}")
+    say(f"SIGKILL ExaBGP {pids} of node{index}")
+    started = time.monotonic()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    withdrawn = False
+    deadline = started + SETTLE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if _announces(lab, vips, index):
+            if withdrawn or time.monotonic() - started > KILL_SEEN_S:
+                break
+        else:
+            withdrawn = True
+        time.sleep(0.005)
+    recovered = _announces(lab, vips, index)
+    recovery_s = time.monotonic() - started
+    new = exabgp_pids(deployment, index)
+    return {
+        "pids": pids,
+        "restarted": bool(new) and not set(new) & set(pids),
+        "withdrawn": withdrawn,
+        "recovered": recovered,
+        "recovery_s": round(recovery_s, 3) if withdrawn else 0.0,
+    }
+
+
+def bgpd_restart(lab: network_lab.Lab, vips: Vips, say: Callable[[str], None]) -> dict[str, Any]:
+    """Restart the ToR's bgpd (zebra keeps running): every session drops and is made again by
+    the speakers; `recovery_s` until every node is a next hop again in both families."""
+    say("restarting the ToR's bgpd")
+    started = time.monotonic()
+    lab.restart_frr_daemon("bgpd")
+    restarted_s = time.monotonic() - started
+    deadline = started + SETTLE_TIMEOUT_S
+    recovered = False
+    while time.monotonic() < deadline and not recovered:
+        recovered = all(_announces(lab, vips, i) for i in range(1, lab.nodes + 1))
+        time.sleep(0.02)
+    return {
+        "restarted_s": round(restarted_s, 3),
+        "recovered": recovered,
+        "recovery_s": round(time.monotonic() - started, 3),
+    }
 
 
 # --- the apiserver outage -------------------------------------------------------------------------

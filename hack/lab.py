@@ -923,23 +923,43 @@ class Lab:
         with contextlib.suppress(FileExistsError):
             (self.directory / "frr").symlink_to(frr)
         for daemon in FRR_DAEMONS:
-            # -d: daemonize (the pid lands in -i); -z/--vty_socket: private sockets, so the lab
-            # never touches a system FRR; -P 0: no TCP vty.
-            _run(
-                self.argv(
-                    NS_TOR,
-                    str(FRR_BIN / daemon),
-                    "-d",
-                    "-f", str(config),
-                    "-i", str(frr / f"{daemon}.pid"),
-                    "-z", str(frr / "zserv.api"),
-                    "--vty_socket", str(frr),
-                    "-P", "0",
-                    "-u", "frr",
-                    "-g", "frr",
-                ),
-                f"starting FRR {daemon}",
-            )  # fmt: skip
+            self._start_frr_daemon(daemon)
+
+    def _start_frr_daemon(self, daemon: str) -> None:
+        frr = self.frr_directory
+        # zebra changes an IPv6 route by deleting it and adding the new one unless told that
+        # the kernel replaces IPv6 routes in place (it has since 4.x): without this, every
+        # change of an ECMP set leaves the ToR a moment with no IPv6 route at all, and a SYN
+        # arriving then gets "no route" (seen as failed connections during rolling restarts).
+        extra = ["--v6-rr-semantics"] if daemon == "zebra" else []
+        # -d: daemonize (the pid lands in -i); -z/--vty_socket: private sockets, so the lab
+        # never touches a system FRR; -P 0: no TCP vty.
+        _run(
+            self.argv(
+                NS_TOR,
+                str(FRR_BIN / daemon),
+                "-d",
+                "-f", str(frr / "frr.conf"),
+                "-i", str(frr / f"{daemon}.pid"),
+                "-z", str(frr / "zserv.api"),
+                "--vty_socket", str(frr),
+                "-P", "0",
+                "-u", "frr",
+                "-g", "frr",
+                *extra,
+            ),
+            f"starting FRR {daemon}",
+        )  # fmt: skip
+
+    def restart_frr_daemon(self, daemon: str) -> None:
+        """Stop one FRR daemon of the ToR (SIGTERM, as `systemctl restart frr` does) and start
+        it again from the lab's configuration file (runtime vtysh changes are lost, as on a
+        real router that did not save them); returns once vtysh answers again."""
+        pid_file = self.frr_directory / f"{daemon}.pid"
+        pid = int(pid_file.read_text().strip())
+        processes.stop_pids([pid], group=False, timeout=STOP_TIMEOUT_S)
+        self._start_frr_daemon(daemon)
+        self._wait_frr()
 
     def _wait_frr(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
