@@ -85,9 +85,13 @@ def issue(
     ip_addresses: tuple[str, ...] = (),
     server: bool = False,
     client: bool = False,
+    expired: bool = False,
 ) -> KeyPair:
+    """`expired`: a certificate whose validity ended an hour ago (what does a client do)."""
     key = _key()
     now = datetime.datetime.now(datetime.UTC)
+    if expired:
+        now -= VALIDITY + datetime.timedelta(hours=1)
     usages = []
     if server:
         usages.append(ExtendedKeyUsageOID.SERVER_AUTH)

@@ -323,7 +323,7 @@ class Client:
                     raise _error(response.status, raw)
                 return json.loads(raw) if raw else None
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            raise ApiError(0, "Unavailable", f"{method} {path}: {e!r}") from e
+            raise _unavailable(f"{method} {path}", e) from e
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> Object:
         result: Object = await self.request("GET", path, params=params)
@@ -362,7 +362,7 @@ class Client:
                     if line.strip():
                         yield json.loads(line)
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            raise ApiError(0, "Unavailable", f"WATCH {path}: {e!r}") from e
+            raise _unavailable(f"WATCH {path}", e) from e
 
     async def create(self, path: str, body: Object) -> Object:
         result: Object = await self.request("POST", path, body=body)
@@ -380,6 +380,17 @@ class Client:
 
     async def delete(self, path: str) -> None:
         await self.request("DELETE", path)
+
+
+CERTIFICATE_INVALID = "CertificateInvalid"
+
+
+def _unavailable(what: str, e: BaseException) -> ApiError:
+    """No answer: the server is not there, or (reason `CertificateInvalid`) its certificate is
+    not one we trust (wrong CA, expired, another name), which no retry alone will cure."""
+    if isinstance(e, aiohttp.ClientConnectorCertificateError | ssl.SSLCertVerificationError):
+        return ApiError(0, CERTIFICATE_INVALID, f"{what}: the server's certificate: {e}")
+    return ApiError(0, "Unavailable", f"{what}: {e!r}")
 
 
 def _error(status: int, raw: bytes) -> ApiError:

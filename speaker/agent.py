@@ -589,6 +589,13 @@ async def run(
             server.close()
 
 
+def _listing_failure(e: kube.ApiError) -> str:
+    """The /readyz reason for a failed first LIST."""
+    if e.reason == kube.CERTIFICATE_INVALID:
+        return "apiserver_certificate_invalid"
+    return "apiserver_unreachable" if e.status == 0 else "apiserver_refused"
+
+
 async def _load(
     agent: Agent, stopping: asyncio.Future[Any], listing: list[str]
 ) -> dict[watching.Source, str] | None:
@@ -600,7 +607,7 @@ async def _load(
         try:
             versions = await agent.load()
         except kube.ApiError as e:
-            listing[:] = ["apiserver_unreachable" if e.status == 0 else "apiserver_refused"]
+            listing[:] = [_listing_failure(e)]
             delay = wait.next()
             if f"{e.status} {e.reason}" != logged:
                 logged = f"{e.status} {e.reason}"

@@ -6,6 +6,7 @@ and probes are answered while the main loop is busy with a pass.
 `/healthz` answers 200 while the process serves at all: the liveness probe, which must not restart
 a speaker for something a restart cannot fix (DNS, the apiserver). `/readyz` answers 200 when
 nothing is missing, else 503 with the reasons, one a line (`loading`, `apiserver_unreachable`,
+`apiserver_certificate_invalid`, `apiserver_refused`,
 `seeds_unresolved`, `memberlist_key_missing`, `memberlist_bind_failed`).
 """
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import kubernetes
 import pytest
 
+from hack import pki
 from tests.integration import controller_support as support
 from tests.integration.controller_support import Cluster, Controller
 
@@ -248,3 +250,28 @@ def test_events_are_not_repeated_for_an_unchanged_pending_service(
         "a single AllocationFailed event",
         lambda: k8s.reasons(test_namespace, "waiting").count("AllocationFailed") == 1,
     )
+
+
+def test_an_untrusted_apiserver_certificate_is_said_clearly_and_waited_out(
+    kubeconfig: str, tmp_path: Path
+) -> None:
+    """A server certificate from another CA: the controller neither exits nor becomes ready;
+    its log names the certificate, once, not at every retry."""
+    config = json.loads(Path(kubeconfig).read_text())
+    other, _, _ = pki.make_ca("not-the-cluster-ca")
+    pki.write(tmp_path / "other-ca.crt", other.cert_pem)
+    config["clusters"][0]["cluster"]["certificate-authority"] = str(tmp_path / "other-ca.crt")
+    (tmp_path / "kubeconfig").write_text(json.dumps(config))
+    controller = Controller(str(tmp_path / "kubeconfig"), lease_name="untrusted").start()
+    try:
+        support.wait_for("the failure logged", lambda: "CertificateInvalid" in controller.tail())
+        support.stays(
+            "alive and not ready",
+            lambda: controller.alive() and not controller.ready(),
+            duration=5.0,
+        )
+        said = [line for line in controller.log_lines() if "CertificateInvalid" in line]
+        assert len(said) == 1 and "certificate verify failed" in said[0], said
+    finally:
+        controller.stop()
+        controller.discard_logs()

@@ -21,6 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from hack import pki
 
 pytestmark = pytest.mark.integration
 
@@ -201,3 +206,71 @@ def test_an_apiserver_that_is_not_there_yet_is_waited_for(
     assert status == 200 and "metallb_k8s_client_config_loaded_bool 0.0" in metrics
     assert alone.running(), alone.output()
     assert len(alone.logged("cannot list the cluster state; retrying")) == 1, alone.output()
+
+
+def _kubeconfig_with(source: str, path: Path, cluster: dict[str, Any], user: dict[str, Any]) -> str:
+    """The session's kubeconfig with some of its cluster's and user's fields replaced."""
+    config = json.loads(Path(source).read_text())
+    config["clusters"][0]["cluster"].update(cluster)
+    config["users"][0]["user"].update(user)
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_a_wrong_or_expired_certificate_is_said_clearly_and_retried(
+    speakers: Callable[..., Speaker], kubeconfig: str, tmp_path: Path
+) -> None:
+    """Neither a server certificate we do not trust (signed by another CA) nor our own expired
+    client certificate makes the speaker exit: it says which, in its log once and in /readyz,
+    and keeps retrying (a mounted Secret may be renewed under it)."""
+    config = json.loads(Path(kubeconfig).read_text())
+    ca_file = Path(config["clusters"][0]["cluster"]["certificate-authority"])
+    other, _, _ = pki.make_ca("not-the-cluster-ca")
+    pki.write(tmp_path / "other-ca.crt", other.cert_pem)
+    untrusted = speakers(
+        "untrusted",
+        _kubeconfig_with(
+            kubeconfig,
+            tmp_path / "untrusted",
+            {"certificate-authority": str(tmp_path / "other-ca.crt")},
+            {},
+        ),
+        "metallb-system",
+    )
+    ca_key = serialization.load_pem_private_key((ca_file.parent / "ca.key").read_bytes(), None)
+    ca_cert = x509.load_pem_x509_certificate(ca_file.read_bytes())
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    stale = pki.issue(
+        ca_key, ca_cert, "ironlb-admin", organization="system:masters", client=True, expired=True
+    )
+    pki.write(tmp_path / "stale.crt", stale.cert_pem)
+    pki.write(tmp_path / "stale.key", stale.key_pem, private=True)
+    expired = speakers(
+        "expired",
+        _kubeconfig_with(
+            kubeconfig,
+            tmp_path / "expired",
+            {},
+            {
+                "client-certificate": str(tmp_path / "stale.crt"),
+                "client-key": str(tmp_path / "stale.key"),
+            },
+        ),
+        "metallb-system",
+    )
+    eventually(
+        lambda: untrusted.get("/readyz") == (503, "apiserver_certificate_invalid\n"),
+        "an untrusted server certificate reported",
+    )
+    eventually(
+        lambda: expired.get("/readyz") == (503, "apiserver_refused\n"),
+        "an expired client certificate reported",
+    )
+    time.sleep(3.0)  # a few retries (0.5 s, 1 s, 2 s ...): none may add a line
+    (said,) = untrusted.logged("cannot list the cluster state; retrying")
+    assert "certificate" in said["error"] and "verify failed" in said["error"], said
+    (said,) = expired.logged("cannot list the cluster state; retrying")
+    assert said["error"].startswith("401"), said
+    for speaker in (untrusted, expired):
+        assert speaker.running(), speaker.output()
+        assert speaker.get("/healthz") == (200, "ok\n")
