@@ -140,6 +140,8 @@ class Agent:
     _metric_labels: set[tuple[str, str, str, str]] = field(default_factory=set)
     _posting: set[asyncio.Future[None]] = field(default_factory=set)
     _wanted_status: dict[str, list[status.Wanted]] = field(default_factory=dict)
+    # Service key -> nodes elected for its L2 addresses, as the pass behind _wanted_status saw it.
+    _l2_announcers: Mapping[str, frozenset[str]] = field(default_factory=dict)
     _status_dirty: asyncio.Event = field(default_factory=asyncio.Event)
     _event_gate: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(EVENT_CONCURRENCY)
@@ -258,6 +260,7 @@ class Agent:
             ),
             model.SERVICE_BGP_STATUS: status.wanted_bgp(me, reached),
         }
+        self._l2_announcers = l2.announcers
         self._status_dirty.set()
 
     def _account(
@@ -349,8 +352,14 @@ class Agent:
     async def _sync_status(self, kind: str, wanted: list[status.Wanted]) -> bool:
         me, ns = self.options.node_name, self.options.namespace
         existing = list(self.store.config.get(kind, {}).values())
+        layer2 = kind == model.SERVICE_L2_STATUS
         changes = status.diff(
-            kind, me, wanted, existing, evict_others=kind == model.SERVICE_L2_STATUS
+            kind,
+            me,
+            wanted,
+            existing,
+            evict_others=layer2,
+            elected=self._l2_announcers if layer2 else None,
         )
         plural, versions = model.RESOURCES[kind]
         base = kube.group_path(model.GROUP, versions[-1], plural, ns)

@@ -90,6 +90,9 @@ class L2Plan:
     owners: Mapping[addresses.IPAddress, str | None]
     # Why this node does not announce a Service (absent: it announces every address it owns).
     reasons: Mapping[str, Reason] = field(default_factory=dict)
+    # Service key -> the nodes elected for its addresses: more than one when a Service's
+    # addresses (dual-stack, say) hash to different nodes. Each has its ServiceL2Status.
+    announcers: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,12 +222,16 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
                 scores[name] = max(scores.get(name, 0), score)
             holders.append((service.key, candidacy.ads))
     owners: dict[addresses.IPAddress, str | None] = {}
+    announcers: dict[str, set[str]] = {}
     mine: list[L2Address] = []
     for ip in sorted(per_address, key=lambda a: (a.version, int(a))):
         cands, scores, holders = per_address[ip]
         order = election_order(cands, ip, scores)
         owner = order[0] if order else None
         owners[ip] = owner
+        if owner is not None:
+            for key, _ in holders:
+                announcers.setdefault(key, set()).add(owner)
         node = snapshot.nodes.get(me)
         if owner != me or node is None:
             for key, ads in holders:
@@ -247,7 +254,9 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
     for entry in mine:
         for key in entry.services:
             reasons.pop(key, None)
-    return L2Plan(tuple(mine), owners, reasons)
+    return L2Plan(
+        tuple(mine), owners, reasons, {key: frozenset(n) for key, n in announcers.items()}
+    )
 
 
 def _interfaces(ads: Iterable[model.L2Advertisement]) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,14 +122,20 @@ def diff(
     existing: Iterable[Mapping[str, Any]],
     *,
     evict_others: bool = False,
+    elected: Mapping[str, Collection[str]] | None = None,
 ) -> Changes:
     """Compare with the objects of `kind` that exist; only those labelled with our node count.
 
-    `evict_others` (layer 2, where one node announces a Service): another node's object for a
-    Service we now announce is deleted too, as MetalLB's new owner does. That node may be dead
-    (SIGKILL, a cut link) and never delete its own, and a reader must not see two announcers."""
+    `evict_others` (layer 2, where one node announces each address): another node's object for
+    a Service we now announce is deleted too, as MetalLB's new owner does. That node may be dead
+    (SIGKILL, a cut link) and never delete its own, and a reader must not see an announcer that
+    is not. Except a node that `elected` (Service key -> nodes elected for one of its addresses)
+    names: the addresses of one Service may be elected to different nodes, each rightly holding
+    an object; evicting one makes it write its object again, which the other evicts again, and
+    so on for as long as both stand."""
     wanted_list = list(wanted)
     ours = {(w.service_namespace, w.service_name) for w in wanted_list}
+    others_elected = elected or {}
     mine = {}
     evicted = []
     for obj in existing:
@@ -139,15 +145,15 @@ def diff(
             continue
         if labels.get(keys.STATUS_NODE) == node:
             mine[str(meta.get("name"))] = obj
-        elif (
-            evict_others
-            and (
+        elif evict_others:
+            service = (
                 labels.get(keys.STATUS_SERVICE_NAMESPACE),
                 labels.get(keys.STATUS_SERVICE_NAME),
             )
-            in ours
-        ):
-            evicted.append(str(meta.get("name")))
+            if service in ours and labels.get(keys.STATUS_NODE) not in others_elected.get(
+                f"{service[0]}/{service[1]}", ()
+            ):
+                evicted.append(str(meta.get("name")))
     create, update = [], []
     wanted_names = set()
     for w in wanted_list:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ironlb import addresses, model, selectors
 from ironlb import annotations as keys
-from speaker import desired
+from speaker import desired, election
 
 POOL = model.IPAddressPool(
     name=model.PoolName("pool"),
@@ -352,6 +352,36 @@ def test_at_most_one_announcer_per_address(
             owners.setdefault(entry.address, set()).add(n)
             assert n in alive
     assert all(len(v) == 1 for v in owners.values())
+
+
+def test_announcers_name_each_node_elected_for_one_of_a_services_addresses() -> None:
+    """The election is per address: a dual-stack Service's two addresses may go to two nodes,
+    and then both announce it. Every node's plan says so alike (the status writer must keep
+    both nodes' ServiceL2Status)."""
+    names = ["iris1", "iris2"]
+    v4 = "10.20.30.1"
+    v6 = next(
+        a
+        for a in (f"fc00::{i:x}" for i in range(1, 256))
+        if election.owner(a, names) != election.owner(v4, names)
+    )
+    serving = [ep("iris1")]
+    snap = snapshot(
+        [
+            svc(v4, extra=[v6], endpoints=serving),
+            svc("10.20.30.2", name="single", endpoints=serving),
+        ]
+    )
+    plans = [desired.l2_plan(snap, model.NodeName(n)) for n in names]
+    assert all(p.mine for p in plans)
+    for plan in plans:
+        assert plan.announcers["ns/svc"] == frozenset(names)
+        assert plan.announcers["ns/single"] == {election.owner("10.20.30.2", names)}
+
+
+def test_announcers_leave_out_services_nobody_may_announce() -> None:
+    local = svc(local=True, endpoints=[ep("iris2", ready=False)])  # no node is eligible
+    assert desired.l2_plan(snapshot([local]), model.NodeName("iris1")).announcers == {}
 
 
 # --- BGP ----------------------------------------------------------------------------------------

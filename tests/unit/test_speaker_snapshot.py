@@ -243,22 +243,23 @@ def test_status_diff_creates_updates_and_deletes_only_our_objects() -> None:
     assert changes.delete == ("l2-gone",)
 
 
+def theirs(name: str, node_name: str, service: str) -> dict[str, Any]:
+    """Another node's ServiceL2Status for app/<service>."""
+    return {
+        "kind": model.SERVICE_L2_STATUS,
+        "metadata": {
+            "name": name,
+            "labels": {
+                keys.STATUS_NODE: node_name,
+                keys.STATUS_SERVICE_NAMESPACE: "app",
+                keys.STATUS_SERVICE_NAME: service,
+            },
+        },
+    }
+
+
 def test_layer2_owner_evicts_other_nodes_objects_for_its_services_only() -> None:
     (a,) = status.wanted_l2("n1", plan(("10.250.0.200", (), ("app/a",))))
-
-    def theirs(name: str, node_name: str, service: str) -> dict[str, Any]:
-        return {
-            "kind": model.SERVICE_L2_STATUS,
-            "metadata": {
-                "name": name,
-                "labels": {
-                    keys.STATUS_NODE: node_name,
-                    keys.STATUS_SERVICE_NAMESPACE: "app",
-                    keys.STATUS_SERVICE_NAME: service,
-                },
-            },
-        }
-
     existing = [theirs("l2-dead-owner", "n2", "a"), theirs("l2-other-service", "n3", "b")]
     evicting = status.diff(model.SERVICE_L2_STATUS, "n1", [a], existing, evict_others=True)
     assert evicting.delete == ("l2-dead-owner",)
@@ -266,6 +267,26 @@ def test_layer2_owner_evicts_other_nodes_objects_for_its_services_only() -> None
     # BGP: every node announces, nobody evicts; nor does a node that owns nothing.
     assert status.diff(model.SERVICE_L2_STATUS, "n1", [a], existing).delete == ()
     assert status.diff(model.SERVICE_L2_STATUS, "n1", [], existing, evict_others=True).delete == ()
+
+
+def test_layer2_owners_of_one_services_addresses_keep_each_others_objects() -> None:
+    """A dual-stack Service whose addresses are elected to n1 and n2: each node announces it and
+    keeps the other's object (evicting it would start an endless delete and re-create between
+    the two); a node elected for none of its addresses, dead say, is still evicted."""
+    elected = {"app/a": frozenset({"n1", "n2"})}
+    (on_n1,) = status.wanted_l2("n1", plan(("10.250.0.200", (), ("app/a",))))
+    (on_n2,) = status.wanted_l2("n2", plan(("fd00::200", (), ("app/a",))))
+    objects = {
+        "n1": {**status.body(on_n1, "n1", NS), "status": dict(on_n1.status)},
+        "n2": {**status.body(on_n2, "n2", NS), "status": dict(on_n2.status)},
+        "n3": theirs("l2-former-owner", "n3", "a"),
+    }
+    existing = list(objects.values())
+    for me, wanted in (("n1", on_n1), ("n2", on_n2)):
+        changes = status.diff(
+            model.SERVICE_L2_STATUS, me, [wanted], existing, evict_others=True, elected=elected
+        )
+        assert changes == status.Changes((), (), ("l2-former-owner",)), me
 
 
 def test_settled_status_needs_no_change() -> None:
