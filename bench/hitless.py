@@ -1,13 +1,16 @@
 """Hitless operations, measured in the lab: what a rolling restart of ironlb and an apiserver
-outage cost clients that keep connecting.
+outage cost clients that keep connecting, and whether a flapping link leaves anything stuck.
 
 The load (hack/loadgen in the client namespace): 40 new TCP connections a second spread over an
 L2 and a BGP Service, both dual-stack, plus one long-lived stream to each of the four addresses;
-backends on every node (hack/hitless.py). Two scenarios, each under its own load:
+backends on every node (hack/hitless.py). Two scenarios, each under its own load, then a third:
 
 * every speaker, then the controller, SIGTERMed and started again one at a time;
 * kube-apiserver stopped (60 s; 20 s with --quick) and started again on the same etcd, the ToR's
-  FIB and ARP answers watched throughout, then a new Service as proof of convergence.
+  FIB and ARP answers watched throughout, then a new Service as proof of convergence;
+* without load, the link of the node answering for the L2 address pulled and plugged back 20
+  times (0.1-1 s each way, seeded), then what stayed stuck (`linkflap_stuck`: how many of the
+  recovery checks of `hack.hitless.link_flap` still failed after 60 s) and how long recovery took.
 
     python -m bench.hitless [--quick] [--outage S]
 
@@ -30,6 +33,7 @@ from hack import deploy, hitless, objects  # noqa: E402
 from hack import lab as network_lab  # noqa: E402
 
 LOAD_BOUND_S = 600.0  # the load generator's own limit; each scenario stops it when done
+LINK_FLAPS = 20
 
 
 def streams(report: dict[str, Any]) -> dict[str, Any]:
@@ -56,6 +60,11 @@ def measure(lab: network_lab.Lab, outage_s: float, say: Any) -> dict[str, Any]:
             outage = hitless.apiserver_outage(lab, deployment, vips, outage_s, say)
             during = running.stop()
         outage_total_s = time.monotonic() - started
+        # No load: what counts here is whether everything comes back, not what clients lost
+        # while a node was unreachable.
+        flap = hitless.link_flap(
+            lab, deployment, vips, hitless.l2_owner(lab, vips), LINK_FLAPS, say, seed=20
+        )
     return {
         "rolling_failed_requests_l2": hitless.failed(rolling, vips.l2),
         "rolling_failed_requests_bgp": hitless.failed(rolling, vips.bgp),
@@ -74,6 +83,10 @@ def measure(lab: network_lab.Lab, outage_s: float, say: Any) -> dict[str, Any]:
         "apiserver_outage_converged": not outage["unconverged"],
         "apiserver_outage_rewritten": outage["rewritten"],
         "apiserver_outage_total_s": round(outage_total_s, 1),
+        "linkflap_flaps": flap["flaps"],
+        "linkflap_stuck": len(flap["stuck"]),
+        "linkflap_recovered_s": flap["recovered_s"],
+        "linkflap_stuck_checks": flap["stuck"],
         "requests_total": rolling["requests_total"] + during["requests_total"],
         "rolling_streams": streams(rolling),
         "outage_streams": streams(during),
