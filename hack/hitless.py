@@ -1,4 +1,4 @@
-"""Operations under client load, for bench/hitless.py.
+"""Operations under client load, for bench/hitless.py, and faults to recover from.
 
 * `rolling_restart`: every speaker, then the controller, SIGTERMed and started again one at a
   time, as a DaemonSet (maxUnavailable 1) and a Deployment update do: the next one only once the
@@ -7,6 +7,9 @@
   control plane does: connections close, new ones are refused) and started again on the same etcd
   data; the ToR's FIB and ARP answers watched all along; then whether ironlb converges (a new
   Service gets an address and is announced) without rewriting what it had written before.
+* `link_flap`: a node's cable pulled and plugged back many times in quick random succession,
+  then which of `recovery_checks` (ToR nexthops, ARP/NDP answers, speakers ready, membership)
+  stayed stuck; for bench/hitless.py and tests/e2e/test_faults.py.
 
 The load itself is `hack.loadgen`, run by the caller around these.
 """
@@ -17,7 +20,10 @@ import contextlib
 import functools
 import json
 import os
+import random
+import re
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -530,4 +536,146 @@ def apiserver_outage(
         "endpoints_s": None if endpoints_s is None else round(endpoints_s, 2),
         # Empty once both were announced; else why not (a finding, not an error).
         "unconverged": unconverged,
+    }
+
+
+# --- link flapping --------------------------------------------------------------------------------
+
+FLAP_INTERVAL_S = (0.1, 1.0)  # each down and each up period is drawn from this range
+RECOVERY_TIMEOUT_S = 60.0
+MEMBERS_ALIVE = re.compile(r'^ironlb_memberlist_members\{state="alive"\} (\S+)$', re.MULTILINE)
+
+
+def speaker_metrics(lab: network_lab.Lab) -> dict[int, str | None]:
+    """Every speaker's /metrics as the ToR scrapes it (None: no answer)."""
+    indexes = range(1, lab.nodes + 1)
+    urls = [f"http://{lab.node_v4(i)}:{SPEAKER_HEALTH_PORT}/metrics" for i in indexes]
+    result = lab.exec(
+        network_lab.NS_TOR,
+        sys.executable, "-m", "hack.httpcheck", "--body", "--timeout=1", *urls,
+        env={"PYTHONPATH": str(network_lab.ROOT)},
+        check=True,
+        timeout=30 + len(urls),
+    )  # fmt: skip
+    bodies: list[str | None] = json.loads(result.stdout)
+    return dict(zip(indexes, bodies, strict=True))
+
+
+def alive_members(metrics: str | None) -> int | None:
+    """How many members a speaker counts alive, itself included, from its /metrics."""
+    found = MEMBERS_ALIVE.search(metrics or "")
+    return int(float(found.group(1))) if found else None
+
+
+def mac_owner(lab: network_lab.Lab, mac: str) -> int | None:
+    """The node whose LAN interface has this MAC."""
+    return next((i for i in range(1, lab.nodes + 1) if lab.node_mac(i) == mac), None)
+
+
+def l2_owner(lab: network_lab.Lab, vips: Vips) -> int:
+    """The node that answers ARP for the L2 Service's IPv4 address, alone (bounded wait)."""
+
+    def one() -> set[str] | None:
+        macs = witness.arp_macs(lab, vips.v4("l2"))
+        return macs if len(macs) == 1 else None
+
+    macs = objects.wait_until(f"one ARP answer for {vips.v4('l2')}", one)
+    owner = mac_owner(lab, next(iter(macs)))
+    assert owner is not None, f"{macs} is no node's MAC"
+    return owner
+
+
+def recovery_checks(
+    lab: network_lab.Lab, deployment: deploy.Deployment, vips: Vips, l2_mac: str
+) -> dict[str, Callable[[], bool]]:
+    """What must hold again after a fault, by name: every node a BGP nexthop (both families),
+    the L2 addresses answered by the node that answered before, every speaker running, ready
+    and counting every node alive in its membership."""
+    everyone = lab.nodes
+
+    def members_agree() -> list[int | None]:
+        return [alive_members(text) for text in speaker_metrics(lab).values()]
+
+    checks: dict[str, Callable[[], bool]] = {
+        f"{vips.v4('bgp')} via every node": lambda: witness.fib(lab, vips.v4("bgp")) == hops(lab),
+        f"{vips.v6('bgp')} via every node": lambda: witness.fib(lab, vips.v6("bgp")) == hops6(lab),
+        # Two requests, three seconds: a second node answering as well would be seen.
+        f"{vips.v4('l2')} answered by {l2_mac} alone": lambda: (
+            witness.arp_macs(lab, vips.v4("l2"), count=2, wait_s=3) == {l2_mac}
+        ),
+        f"{vips.v6('l2')} answered": lambda: witness.ndp_mac(lab, vips.v6("l2")) is not None,
+        f"every speaker counts {everyone} members alive": lambda: (
+            members_agree() == [everyone] * everyone
+        ),
+    }
+
+    def speaker_up(index: int) -> bool:
+        process = deployment.speakers.get(index)
+        return process is not None and process.poll() is None and speaker_ready(lab, index)
+
+    for index in range(1, lab.nodes + 1):
+        checks[f"speaker {index} running and ready"] = functools.partial(speaker_up, index)
+    return checks
+
+
+def failing(checks: dict[str, Callable[[], bool]]) -> list[str]:
+    return [name for name, check in checks.items() if not check()]
+
+
+def wait_passing(checks: dict[str, Callable[[], bool]], timeout: float) -> list[str]:
+    """Evaluate the checks until they all hold at once or `timeout` passed; those failing last."""
+    deadline = time.monotonic() + timeout
+    found = failing(checks)
+    # Bounded twice: by the deadline, and by a round count for a clock that misbehaves.
+    for _ in range(int(timeout / WATCH_EVERY_S)):
+        if not found or time.monotonic() > deadline:
+            break
+        time.sleep(WATCH_EVERY_S)
+        found = failing(checks)
+    return found
+
+
+def link_flap(
+    lab: network_lab.Lab,
+    deployment: deploy.Deployment,
+    vips: Vips,
+    index: int,
+    times: int,
+    say: Callable[[str], None],
+    seed: int = 0,
+    timeout: float = RECOVERY_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Pull node `index`'s cable and plug it back `times` times, each state held for a seeded
+    random 0.1-1 s, then wait up to `timeout` for `recovery_checks` to hold all at once.
+
+    Returns `flaps`, `flapping_s`, `stuck` (the checks still failing when the wait ended: empty
+    once everything recovered) and `recovered_s` (from the last plug-in to everything holding;
+    None if something stayed stuck)."""
+    l2_mac = lab.node_mac(l2_owner(lab, vips))
+    checks = recovery_checks(lab, deployment, vips, l2_mac)
+    before = wait_passing(checks, timeout)
+    if before:
+        raise AssertionError(f"not settled before flapping: {before}")
+    rng = random.Random(seed)
+    say(f"flapping node{index}'s link {times} times")
+    started = time.monotonic()
+    flaps = 0
+    try:
+        for _ in range(times):
+            deploy.cut_link(lab, index)
+            time.sleep(rng.uniform(*FLAP_INTERVAL_S))
+            deploy.restore_link(lab, index)
+            flaps += 1
+            time.sleep(rng.uniform(*FLAP_INTERVAL_S))
+    finally:
+        deploy.restore_link(lab, index)
+    plugged = time.monotonic()
+    stuck = wait_passing(checks, timeout)
+    recovered_s = None if stuck else round(time.monotonic() - plugged, 2)
+    say(f"after {flaps} flaps: {f'stuck: {stuck}' if stuck else f'recovered in {recovered_s} s'}")
+    return {
+        "flaps": flaps,
+        "flapping_s": round(plugged - started, 2),
+        "stuck": stuck,
+        "recovered_s": recovered_s,
     }
