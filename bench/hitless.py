@@ -99,7 +99,9 @@ def measure(lab: network_lab.Lab, outage_s: float, quick: bool, say: Any) -> dic
             hitless.set_graceful_restart(lab, vips, False, say)
         started = time.monotonic()
         with hitless.load(lab, vips, LOAD_BOUND_S) as running:
-            outage = hitless.apiserver_outage(lab, deployment, vips, outage_s, say)
+            outage = hitless.apiserver_outage(
+                lab, deployment, vips, outage_s, say, new_service=not quick
+            )
             during = running.stop()
         requests += during["requests_total"]
         figures |= {

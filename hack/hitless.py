@@ -417,6 +417,7 @@ def apiserver_outage(
     vips: Vips,
     outage_s: float,
     say: Callable[[str], None],
+    new_service: bool = True,
 ) -> dict[str, Any]:
     """Stop the apiserver for `outage_s`, start it again, wait for convergence; what the ToR saw
     change meanwhile, what ironlb rewrote, and what became of the processes.
@@ -426,7 +427,7 @@ def apiserver_outage(
     moves it and a speaker answers ARP for it: ironlb alone. `new_service_s`: a new Service
     selecting running Pods is created and must be announced; that also waits for
     kube-controller-manager to make its EndpointSlice (`endpoints_s`), whose informers come back
-    after their own backoff."""
+    after their own backoff (not done with `new_service=False`)."""
     ns = vips.namespace
     probe = objects.service(ns, PROBE)
     probe["spec"]["selector"] = {"app": "l2"}  # the l2 Service's Pods: ready endpoints
@@ -461,17 +462,23 @@ def apiserver_outage(
         lab.kubectl(
             "annotate", "service", PROBE, "-n", ns, f"metallb.io/loadBalancerIPs={PROBE_MOVED_TO}"
         )
-        new = objects.service(ns, NEW_SERVICE)
-        new["spec"]["selector"] = {"app": "l2"}
-        objects.apply(lab, new)
+        if new_service:
+            new = objects.service(ns, NEW_SERVICE)
+            new["spec"]["selector"] = {"app": "l2"}
+            objects.apply(lab, new)
         try:
             bound = time.monotonic() + NEW_SERVICE_WAIT_S
             new_v4: str | None = None
-            while time.monotonic() < bound and (converged_s is None or new_service_s is None):
+            while time.monotonic() < bound and (
+                converged_s is None or (new_service and new_service_s is None)
+            ):
                 watch.poll()
                 exits += supervise_controller(deployment, say)
                 if converged_s is None and _announced(lab, PROBE_MOVED_TO):
                     converged_s = time.monotonic() - back
+                if not new_service:
+                    time.sleep(0.2)
+                    continue
                 if endpoints_s is None and objects.ready_endpoint_nodes(lab, ns, NEW_SERVICE):
                     endpoints_s = time.monotonic() - back
                 if new_v4 is None:
@@ -484,7 +491,7 @@ def apiserver_outage(
                 if new_service_s is None and new_v4 is not None and _announced(lab, new_v4):
                     new_service_s = time.monotonic() - back
                 time.sleep(0.2)
-            if converged_s is None or new_service_s is None:
+            if converged_s is None or (new_service and new_service_s is None):
                 tails = {
                     name: deployment.logs(f"speaker-{name}").splitlines()[-6:]
                     for name in lab.node_names
