@@ -5,13 +5,13 @@ The load (hack/loadgen in the client namespace): 40 new TCP connections a second
 L2 and a BGP Service, both dual-stack, plus one long-lived stream to each of the four addresses;
 backends on every node (hack/hitless.py). Scenarios, each under its own load:
 
-* rolling restart: every speaker, then the controller, SIGTERMed and started again one at a
-  time; BGP peers without graceful restart (withdraw first);
+* rolling restart: every speaker, then the controller (not with --quick), SIGTERMed and started
+  again one at a time; BGP peers without graceful restart (withdraw first);
 * the same with `enableGracefulRestart` peers (the ToR keeps the routes; not with --quick);
 * faults: every ExaBGP of one speaker SIGKILLed (`exabgp_kill_recovery_s`: until the ToR has
-  the node as next hop again); one node's link flapped 20 times (5 with --quick;
+  the node as next hop again); one node's link flapped 20 times (3 with --quick;
   `linkflap_stuck`: what did not come back); the ToR's bgpd restarted (not with --quick);
-* kube-apiserver stopped (60 s; 10 s with --quick) and started again on the same etcd, the
+* kube-apiserver stopped (60 s; 5 s with --quick) and started again on the same etcd, the
   ToR's FIB and ARP answers watched throughout, then proof of convergence.
 
     python -m bench.hitless [--quick] [--outage S]
@@ -52,9 +52,10 @@ def measure(lab: network_lab.Lab, outage_s: float, quick: bool, say: Any) -> dic
     figures: dict[str, Any] = {}
     with deploy.deployed(lab) as deployment, objects.namespace(lab, "hitless") as ns:
         vips = hitless.serve(lab, ns)
-        started = time.monotonic()
+        say("serving: the scenarios start")
+        scenarios = started = time.monotonic()
         with hitless.load(lab, vips, LOAD_BOUND_S) as running:
-            hitless.rolling_restart(lab, deployment, vips, say)
+            hitless.rolling_restart(lab, deployment, vips, say, controller=not quick)
             rolling = running.stop()
         figures |= {
             "rolling_failed_requests_l2": hitless.failed(rolling, vips.l2),
@@ -66,7 +67,7 @@ def measure(lab: network_lab.Lab, outage_s: float, quick: bool, say: Any) -> dic
         }
         with hitless.load(lab, vips, LOAD_BOUND_S) as running:
             killed = hitless.exabgp_kill(lab, deployment, vips, 2, say)
-            flapped = hitless.link_flap(lab, deployment, vips, 3, 5 if quick else 20, say)
+            flapped = hitless.link_flap(lab, deployment, vips, 3, 3 if quick else 20, say)
             bgpd = None if quick else hitless.bgpd_restart(lab, vips, say)
             faults = running.stop()
         figures |= {
@@ -118,6 +119,7 @@ def measure(lab: network_lab.Lab, outage_s: float, quick: bool, say: Any) -> dic
             "apiserver_outage_endpoints_s": outage["endpoints_s"],
             "apiserver_outage_total_s": round(time.monotonic() - started, 1),
             "requests_total": requests,
+            "scenarios_s": round(time.monotonic() - scenarios, 1),
             "apiserver_outage_rewritten": outage["rewritten"],
             "rolling_streams": streams(rolling),
             "outage_streams": streams(during),
@@ -134,10 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer scenarios: under a minute")
     parser.add_argument("--outage", type=float, default=None, help="seconds without apiserver")
     args = parser.parse_args(argv)
-    outage_s = args.outage or (10.0 if args.quick else 60.0)
+    outage_s = args.outage or (5.0 if args.quick else 60.0)
+
+    began = time.monotonic()
 
     def say(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+        print(f"[{time.monotonic() - began:6.1f}] {message}", file=sys.stderr, flush=True)
 
     with network_lab.exclusive(waiting=say):
         started = time.monotonic()

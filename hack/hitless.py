@@ -187,14 +187,21 @@ def controller_leads(lab: network_lab.Lab, namespace: str, name: str) -> list[st
 
 
 def rolling_restart(
-    lab: network_lab.Lab, deployment: deploy.Deployment, vips: Vips, say: Callable[[str], None]
+    lab: network_lab.Lab,
+    deployment: deploy.Deployment,
+    vips: Vips,
+    say: Callable[[str], None],
+    controller: bool = True,
 ) -> None:
+    """Every speaker, then (`controller`) the controller, one at a time."""
     for index in range(1, lab.nodes + 1):
         say(f"restarting the speaker of node{index}")
         deployment.stop_speaker(index)
         deployment.start_speaker(index)
         objects.wait_until(f"speaker {index} ready", functools.partial(speaker_ready, lab, index))
         objects.wait_until("every node to announce again", lambda: settled(lab, vips))
+    if not controller:
+        return
     say("restarting the controller")
     deployment.stop_controller()
     deployment.start_controller()
@@ -505,7 +512,9 @@ def apiserver_outage(
                 say(f"NOT CONVERGED: {unconverged}")
         finally:
             for name in (NEW_SERVICE, PROBE):
-                lab.kubectl("delete", "service", name, "-n", ns, "--wait=false")
+                lab.kubectl(
+                    "delete", "service", name, "-n", ns, "--wait=false", "--ignore-not-found"
+                )
         watch.poll()
     after = written(lab, ns, exclude=(PROBE, NEW_SERVICE))
     # Objects made or deleted by someone else meanwhile are not ours to judge: compare the rest.

@@ -5,7 +5,7 @@ runner converges on it by diffing against what its ExaBGP process has acknowledg
 has its own ExaBGP process and runner, so adding, removing or changing one peer never touches
 another's session (docs/bgp.md: ExaBGP's reload can lose a SIGUSR1 while it is busy).
 
-A runner restarts a dead ExaBGP (0.5 s, then doubling up to 30 s; back to 0.5 s after a session
+A runner restarts a dead ExaBGP (0.1 s, then doubling up to 30 s; back to 0.1 s after a session
 that reached Established) and re-announces everything, since a fresh process knows nothing.
 Shutting a runner down withdraws its routes first, waits until ExaBGP reports the withdrawals
 on the wire (or the session is gone, or 5 s passed), closes the session with a Cease
@@ -48,7 +48,8 @@ from speaker.bgp.bfd import transport as bfd_transport
 
 log = logging.getLogger(__name__)
 
-FIRST_RESTART_DELAY = 0.5
+# A crash after a working session: start again at once (the peer dropped its routes).
+FIRST_RESTART_DELAY = 0.1
 MAX_RESTART_DELAY = 30.0
 WITHDRAW_WAIT = 5.0
 RETRY_AFTER_REFUSAL = 30.0
