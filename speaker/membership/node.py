@@ -28,6 +28,10 @@ from speaker.membership import messages as m
 
 log = logging.getLogger(__name__)
 
+AUTH_WARNING_EVERY_S = 60.0
+# Drop reasons that mean the sender's key is not ours (sealing.Opener).
+KEY_MISMATCH = frozenset({"unknown_key", "auth", "unauthenticated", "encrypted"})
+
 
 def parse_address(text: str, default_port: int = 7946) -> m.Address:
     """host, host:port, [v6] or [v6]:port; a host name is resolved once, here."""
@@ -93,6 +97,7 @@ class Node:
         self.send_errors = 0
         # Test hook: drop this fraction of incoming datagrams (this kernel has no tc netem).
         self._drop_rate = drop_rate
+        self._auth_said_at: float | None = None
         self._rng = rng or random.Random()
         keyring = keyring or sealing.Keyring()
         self._sealer = sealing.Sealer(keyring)
@@ -177,6 +182,19 @@ class Node:
 
     # --- transport -----------------------------------------------------------------------------
 
+    def _say_unauthenticated(self, addr: tuple[str | int, ...], reason: str) -> None:
+        """A datagram our key cannot open is most often a member with another key or none (a
+        Secret rotated on some nodes only): say so, at most once a minute, not per datagram."""
+        assert self._loop is not None
+        now = self._loop.time()
+        if self._auth_said_at is not None and now - self._auth_said_at < AUTH_WARNING_EVERY_S:
+            return
+        self._auth_said_at = now
+        log.warning(
+            "membership datagrams do not open with our key: a member with another memberlist key?",
+            extra={"source": str(addr[0]), "reason": reason, "dropped_total": self.drops[reason]},
+        )
+
     def _on_datagram(self, data: bytes, addr: tuple[str | int, ...]) -> None:
         self.received += 1
         if self._drop_rate and self._rng.random() < self._drop_rate:
@@ -188,6 +206,8 @@ class Node:
         packet = self._opener.open(data)
         if isinstance(packet, codec.Drop):
             self.drops[packet.reason] += 1
+            if packet.reason in KEY_MISMATCH:
+                self._say_unauthenticated(addr, packet.reason)
             return
         messages = codec.decode(packet)
         if isinstance(messages, codec.Drop):

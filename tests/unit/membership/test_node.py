@@ -4,6 +4,7 @@ drops, genuine ones reach the state machine, and nothing raises."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,6 +128,21 @@ def test_metrics_are_exported_with_the_prefix(loop: asyncio.AbstractEventLoop) -
     for line in text.splitlines():
         if line and not line.startswith("#"):
             assert line.startswith("ironlb_memberlist_"), line
+
+
+def test_another_key_is_said_once_a_minute_not_per_datagram(
+    loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="speaker.membership.node")
+    member = offline_node(loop)
+    other = sealing.Sealer(sealing.Keyring.from_secrets([b"another key"]))
+    for _ in range(5):
+        member._on_datagram(sealed(m.Ping(1, "a"), sealer=other), PEER)
+    said = [r for r in caplog.records if "another memberlist key" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"
+    assert said[0].__dict__["source"] == PEER[0]
+    assert said[0].__dict__["reason"] == "unknown_key"
+    assert member.drops["unknown_key"] == 5 and member.members() == {"a"}
 
 
 def test_addresses_parse_in_every_spelling() -> None:
