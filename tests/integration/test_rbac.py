@@ -87,6 +87,9 @@ USED = {
         ("metallb.io", "bfdprofiles", "", "list", "namespace", ""),
         ("metallb.io", "communities", "", "list", "namespace", ""),
         ("", "secrets", "", "list", "namespace", ""),
+        ("metallb.io", "configurationstates", "", "create", "namespace", ""),
+        ("metallb.io", "configurationstates", "", "get", "namespace", "controller"),
+        ("metallb.io", "configurationstates", "status", "patch", "namespace", "controller"),
         ("coordination.k8s.io", "leases", "", "create", "namespace", ""),
         ("coordination.k8s.io", "leases", "", "get", "namespace", "ironlb-controller"),
         ("coordination.k8s.io", "leases", "", "update", "namespace", "ironlb-controller"),
@@ -119,6 +122,9 @@ USED = {
             for kind in ("servicel2statuses", "servicebgpstatuses")
             for sub, verb in (("", "create"), ("", "delete"), ("status", "patch"))
         ),
+        ("metallb.io", "configurationstates", "", "create", "namespace", ""),
+        ("metallb.io", "configurationstates", "", "get", "namespace", ""),
+        ("metallb.io", "configurationstates", "status", "patch", "namespace", ""),
     },
 }
 
@@ -162,6 +168,8 @@ DENIED = {
         ("coordination.k8s.io", "leases", "", "delete", NS, "ironlb-controller"),
         ("coordination.k8s.io", "leases", "", "create", APPS, ""),
         ("metallb.io", "servicel2statuses", "", "create", NS, ""),
+        ("metallb.io", "configurationstates", "status", "patch", NS, "speaker-node-a"),
+        ("metallb.io", "configurationstates", "", "delete", NS, "controller"),
         ("", "nodes", "", "list", "", ""),
     ],
     "speaker": [
@@ -173,6 +181,8 @@ DENIED = {
         ("metallb.io", "ipaddresspools", "status", "patch", NS, "pool"),
         ("coordination.k8s.io", "leases", "", "create", NS, ""),
         ("", "namespaces", "", "list", "", ""),
+        ("metallb.io", "configurationstates", "", "delete", NS, "controller"),
+        ("metallb.io", "configurationstates", "status", "patch", APPS, "speaker-node-a"),
     ],
 }
 
