@@ -13,6 +13,7 @@ impersonation headers; neither the controller's client nor kopf does.)
 * the speaker (its agent with an in-memory layer 2 that records what it would answer for: no
   raw sockets on this host) lists and watches everything, writes its ServiceL2Status, an Event,
   and deletes the status when the endpoint goes;
+* both write their ConfigurationState (`controller`, `speaker-<node>`);
 * neither logs a refused request; every rule the chart grants is in the table of requests
   below and every request in it is granted; what they must not do is refused, both when asked
   (SelfSubjectAccessReview with the account's own token) and when tried.
@@ -554,6 +555,18 @@ def test_speaker_announces_and_writes_its_status_as_its_service_account(
     # No ready endpoint left: nobody announces, and the speaker deletes its status object.
     env.tools.kubectl("delete", "endpointslice", "web-1", "-n", APPS)
     support.wait_for("the ServiceL2Status to be deleted", lambda: l2_statuses(env) == [])
+
+    # Both ConfigurationStates, written as the ServiceAccounts (create, then the status).
+    def results() -> dict[str, str]:
+        listed = env.tools.get_json("configurationstates.metallb.io", "-n", NS)
+        return {
+            o["metadata"]["name"]: (o.get("status") or {}).get("result") for o in listed["items"]
+        }
+
+    support.wait_for(
+        "both ConfigurationStates Valid",
+        lambda: results() == {"controller": "Valid", f"speaker-{NODE}": "Valid"},
+    )
     lines = speaker.read_text().splitlines()
     assert refused(lines) == [], "\n".join(lines[-20:])
     assert refused(controller.log_lines()) == []
