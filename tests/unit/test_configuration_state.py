@@ -348,14 +348,26 @@ def test_writer_puts_back_a_deleted_object_when_it_reads_again() -> None:
     asyncio.run(scenario())
 
 
-def test_writer_failure_is_reported_and_the_next_sync_reads_again() -> None:
+def test_writer_failure_is_reported_once_and_the_next_sync_reads_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     api = FakeApi()
     w = writer(api)
 
     async def scenario() -> None:
+        # E.g. the CRD is not installed yet, then the apiserver is down: each kind of failure
+        # is logged once, however many retries.
+        api.fail = kube.ApiError(404, "NotFound", "the server could not find the resource")
+        for _ in range(3):
+            assert not await w.sync([], refresh=True)
         api.fail = kube.ApiError(503, "ServiceUnavailable", "down")
-        assert not await w.sync([])
-        assert not await w.sync([])
+        for _ in range(3):
+            assert not await w.sync([])
+        warnings = [r for r in caplog.records if r.name == "ironlb_io.configuration_states"]
+        assert [r.error for r in warnings] == [  # type: ignore[attr-defined]
+            "404 NotFound: the server could not find the resource",
+            "503 ServiceUnavailable: down",
+        ]
         api.fail = None
         api.calls.clear()
         assert await w.sync([])
