@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ironlb import model
+from ironlb import model, parsing, validation
 from ironlb.problems import Problem
 
 CONDITION = "Valid"
@@ -109,6 +109,21 @@ def needs_event(obj: Mapping[str, Any], verdict: Verdict) -> bool:
         return False
     current = current_condition(obj)
     return current is None or current.get("message") != verdict.message
+
+
+def controller_problems(objects: Mapping[str, Iterable[Mapping[str, Any]]]) -> list[Problem]:
+    """What the controller's own configuration check finds, for its ConfigurationState.
+
+    MetalLB's controller parses only the pools and the communities (namespaces are selector
+    inputs, not configuration), and so does this: an advertisement or a peer in error is the
+    speakers' ConfigurationState's business, not the controller's.
+    """
+    mine = {kind: list(objects.get(kind, ())) for kind in CONTROLLER_KINDS}
+    config, problems = parsing.parse_config(mine)
+    return validation.order([*problems, *validation.validate(config)])
+
+
+CONTROLLER_KINDS = (model.IP_ADDRESS_POOL, model.COMMUNITY)
 
 
 def kinds() -> tuple[str, ...]:

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from controller import config_report
-from ironlb import events, model, parsing, validation
-from ironlb_io import kube
+from ironlb import configuration_state, events, model, parsing, validation
+from ironlb_io import configuration_states, kube
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class Reporter:
         self.namespace = namespace
         self.instance = instance
         self.may_write = may_write
+        self.state = configuration_states.Writer(client, namespace, configuration_state.CONTROLLER)
 
     def _path(self, kind: str, name: str | None = None) -> str:
         plural, versions = model.RESOURCES[kind]
@@ -64,6 +65,12 @@ class Reporter:
         ]
         verdicts = config_report.verdicts(keys, found)
         writes = 0
+        if self.may_write():
+            # The ConfigurationState `controller`, read again each round (a GET beside the
+            # LISTs above) so that a deleted or edited one is put back; written only on change.
+            before = self.state.writes
+            await self.state.sync(config_report.controller_problems(objects), refresh=True)
+            writes += self.state.writes - before
         now = _now()
         for kind, items in objects.items():
             for obj in items:

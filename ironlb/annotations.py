@@ -37,6 +37,9 @@ EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS = "node.kubernetes.io/exclude-from-external
 STATUS_NODE = "metallb.io/node"
 STATUS_SERVICE_NAME = "metallb.io/service-name"
 STATUS_SERVICE_NAMESPACE = "metallb.io/service-namespace"
+# Labels on the ConfigurationState objects: which component wrote it, and a speaker's node.
+COMPONENT_TYPE = "metallb.io/component-type"
+NODE_NAME = "metallb.io/node-name"
 
 # EndpointSlice label naming the Service the slice belongs to (set by Kubernetes).
 ENDPOINT_SLICE_SERVICE = "kubernetes.io/service-name"

@@ -37,6 +37,7 @@ BFD_PROFILE = "BFDProfile"
 COMMUNITY = "Community"
 SERVICE_L2_STATUS = "ServiceL2Status"
 SERVICE_BGP_STATUS = "ServiceBGPStatus"
+CONFIGURATION_STATE = "ConfigurationState"
 SECRET = "Secret"
 
 GROUP = "metallb.io"
@@ -51,6 +52,7 @@ RESOURCES: Mapping[str, tuple[str, tuple[str, ...]]] = {
     COMMUNITY: ("communities", ("v1beta1",)),
     SERVICE_L2_STATUS: ("servicel2statuses", ("v1beta1",)),
     SERVICE_BGP_STATUS: ("servicebgpstatuses", ("v1beta1",)),
+    CONFIGURATION_STATE: ("configurationstates", ("v1beta1",)),
 }
 
 # The kinds that make up the configuration (the status kinds are outputs, not inputs).

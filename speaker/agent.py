@@ -12,7 +12,9 @@ Start-up order, and why:
    events come, at least half of the loop's time is left to ExaBGP's acknowledgements, BFD
    timers and the status writer;
 4. the status writer converges our status objects on what the latest pass wanted, several
-   requests at a time, apart from the loop: announcing never waits for the API server.
+   requests at a time, apart from the loop: announcing never waits for the API server; so does
+   the ConfigurationState writer, for our `speaker-<node>` object, when the pass's
+   configuration problems change.
 On SIGTERM: leave membership first (the others take over at once), stop answering, withdraw BGP
 routes, then exit.
 """
@@ -34,9 +36,9 @@ from typing import Any, Protocol
 
 import prometheus_client
 
-from ironlb import addresses, backoff, events, model, services
+from ironlb import addresses, backoff, configuration_state, events, model, services
 from ironlb.problems import Problem
-from ironlb_io import kube, watching
+from ironlb_io import configuration_states, kube, watching
 from speaker import desired, health, snapshot, status
 
 log = logging.getLogger(__name__)
@@ -148,9 +150,19 @@ class Agent:
     )
     last_pass_s: float = 0.0
     _superseded: set[str] = field(default_factory=set)  # resourceVersions of our own creates
+    # The ConfigurationState `speaker-<node>`: the latest pass's problems (None before the
+    # first pass), whether they changed since written, and whether to read the object again.
+    _state_problems: list[Problem] | None = None
+    _state_dirty: asyncio.Event = field(default_factory=asyncio.Event)
+    _state_refresh: bool = False
 
     def __post_init__(self) -> None:
         self.store.status_node = self.options.node_name
+        self.state = configuration_states.Writer(
+            self.client,
+            self.options.namespace,
+            configuration_state.speaker(self.options.node_name),
+        )
 
     # --- inputs -----------------------------------------------------------------------------
 
@@ -244,6 +256,9 @@ class Agent:
             for p in problems:
                 log.warning("configuration problem", extra={"problem": str(p)})
             self._problems = problems
+        if problems != self._state_problems:
+            self._state_problems = problems
+            self._state_dirty.set()
         l2 = desired.l2_plan(snap, model.NodeName(me))
         if self.layer2 is not None:
             self.layer2.set_owned({e.address: e.interfaces for e in l2.mine})
@@ -413,6 +428,23 @@ class Agent:
         )
         return all(results)
 
+    async def write_configuration_state(self) -> None:
+        """Keep `speaker-<node>` saying what the latest pass's problems mean; a write happens
+        only when that changes (or the object was found deleted or edited), and a failed one
+        is retried with a backoff, apart from the passes."""
+        wait = backoff.Backoff()
+        while True:
+            await self._state_dirty.wait()
+            self._state_dirty.clear()
+            if self._state_problems is None:
+                continue
+            refresh, self._state_refresh = self._state_refresh, False
+            if await self.state.sync(self._state_problems, refresh=refresh):
+                wait.reset()
+            else:
+                await asyncio.sleep(wait.next())
+                self._state_dirty.set()
+
     async def _patch_status(self, path: str, body: Mapping[str, Any]) -> bool:
         try:
             await self.client.merge_patch(path, {"status": dict(body)})
@@ -470,6 +502,9 @@ class Agent:
             if since_pass >= RESYNC_S:
                 since_pass = 0.0
                 self.dirty.set()
+                # One GET of our ConfigurationState: a deleted or edited one is put back.
+                self._state_refresh = True
+                self._state_dirty.set()
 
     async def shutdown(self) -> None:
         if self.membership is not None:
@@ -556,6 +591,7 @@ async def run(
         gc.freeze()
         tasks.append(asyncio.ensure_future(agent.run()))
         tasks.append(asyncio.ensure_future(agent.write_status()))
+        tasks.append(asyncio.ensure_future(agent.write_configuration_state()))
         if membership is not None:
             tasks.append(asyncio.ensure_future(agent.watch_membership()))
         tasks.append(asyncio.ensure_future(agent.tick()))

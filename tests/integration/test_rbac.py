@@ -13,6 +13,7 @@ impersonation headers; neither the controller's client nor kopf does.)
 * the speaker (its agent with an in-memory layer 2 that records what it would answer for: no
   raw sockets on this host) lists and watches everything, writes its ServiceL2Status, an Event,
   and deletes the status when the endpoint goes;
+* both write their ConfigurationState (`controller`, `speaker-<node>`);
 * neither logs a refused request; every rule the chart grants is in the table of requests
   below and every request in it is granted; what they must not do is refused, both when asked
   (SelfSubjectAccessReview with the account's own token) and when tried.
@@ -87,6 +88,9 @@ USED = {
         ("metallb.io", "bfdprofiles", "", "list", "namespace", ""),
         ("metallb.io", "communities", "", "list", "namespace", ""),
         ("", "secrets", "", "list", "namespace", ""),
+        ("metallb.io", "configurationstates", "", "create", "namespace", ""),
+        ("metallb.io", "configurationstates", "", "get", "namespace", "controller"),
+        ("metallb.io", "configurationstates", "status", "patch", "namespace", "controller"),
         ("coordination.k8s.io", "leases", "", "create", "namespace", ""),
         ("coordination.k8s.io", "leases", "", "get", "namespace", "ironlb-controller"),
         ("coordination.k8s.io", "leases", "", "update", "namespace", "ironlb-controller"),
@@ -119,6 +123,9 @@ USED = {
             for kind in ("servicel2statuses", "servicebgpstatuses")
             for sub, verb in (("", "create"), ("", "delete"), ("status", "patch"))
         ),
+        ("metallb.io", "configurationstates", "", "create", "namespace", ""),
+        ("metallb.io", "configurationstates", "", "get", "namespace", ""),
+        ("metallb.io", "configurationstates", "status", "patch", "namespace", ""),
     },
 }
 
@@ -162,6 +169,8 @@ DENIED = {
         ("coordination.k8s.io", "leases", "", "delete", NS, "ironlb-controller"),
         ("coordination.k8s.io", "leases", "", "create", APPS, ""),
         ("metallb.io", "servicel2statuses", "", "create", NS, ""),
+        ("metallb.io", "configurationstates", "status", "patch", NS, "speaker-node-a"),
+        ("metallb.io", "configurationstates", "", "delete", NS, "controller"),
         ("", "nodes", "", "list", "", ""),
     ],
     "speaker": [
@@ -173,6 +182,8 @@ DENIED = {
         ("metallb.io", "ipaddresspools", "status", "patch", NS, "pool"),
         ("coordination.k8s.io", "leases", "", "create", NS, ""),
         ("", "namespaces", "", "list", "", ""),
+        ("metallb.io", "configurationstates", "", "delete", NS, "controller"),
+        ("metallb.io", "configurationstates", "status", "patch", APPS, "speaker-node-a"),
     ],
 }
 
@@ -544,6 +555,18 @@ def test_speaker_announces_and_writes_its_status_as_its_service_account(
     # No ready endpoint left: nobody announces, and the speaker deletes its status object.
     env.tools.kubectl("delete", "endpointslice", "web-1", "-n", APPS)
     support.wait_for("the ServiceL2Status to be deleted", lambda: l2_statuses(env) == [])
+
+    # Both ConfigurationStates, written as the ServiceAccounts (create, then the status).
+    def results() -> dict[str, str]:
+        listed = env.tools.get_json("configurationstates.metallb.io", "-n", NS)
+        return {
+            o["metadata"]["name"]: (o.get("status") or {}).get("result") for o in listed["items"]
+        }
+
+    support.wait_for(
+        "both ConfigurationStates Valid",
+        lambda: results() == {"controller": "Valid", f"speaker-{NODE}": "Valid"},
+    )
     lines = speaker.read_text().splitlines()
     assert refused(lines) == [], "\n".join(lines[-20:])
     assert refused(controller.log_lines()) == []
