@@ -54,12 +54,23 @@ def measure(lab: network_lab.Lab, outage_s: float, quick: bool, say: Any) -> dic
         vips = hitless.serve(lab, ns)
         say("serving: the scenarios start")
         scenarios = started = time.monotonic()
-        with hitless.load(lab, vips, LOAD_BOUND_S) as running:
-            hitless.rolling_restart(lab, deployment, vips, say, controller=not quick)
-            rolling = running.stop()
+        with hitless.watching(lab, vips) as watch:
+            with hitless.load(lab, vips, LOAD_BOUND_S) as running:
+                hitless.rolling_restart(lab, deployment, vips, say, controller=not quick)
+                rolling = running.stop()
+            watch.poll()
+        moved = {
+            "l2": watch.arp_change_times,
+            "bgp": [c["t"] for c in watch.fib_changes],
+        }
         figures |= {
             "rolling_failed_requests_l2": hitless.failed(rolling, vips.l2),
             "rolling_failed_requests_bgp": hitless.failed(rolling, vips.bgp),
+            # Failures that are not a handshake caught by a move of traffic (hitless.py).
+            "rolling_unexplained_failures": len(
+                hitless.unexplained_failures(rolling, vips.l2, moved["l2"])
+                + hitless.unexplained_failures(rolling, vips.bgp, moved["bgp"])
+            ),
             "rolling_slow_requests": rolling["requests_slow"],
             "rolling_requests": rolling["requests_total"],
             "rolling_streams_broken": rolling["streams_broken"],
@@ -91,6 +102,10 @@ def measure(lab: network_lab.Lab, outage_s: float, quick: bool, say: Any) -> dic
                 watch.poll()
             requests += graceful["requests_total"]
             figures |= {
+                "rolling_gr_unexplained_failures": len(
+                    hitless.unexplained_failures(graceful, vips.l2, watch.arp_change_times)
+                    + hitless.unexplained_failures(graceful, vips.bgp, [])
+                ),
                 "rolling_gr_failed_requests_l2": hitless.failed(graceful, vips.l2),
                 "rolling_gr_failed_requests_bgp": hitless.failed(graceful, vips.bgp),
                 "rolling_gr_nexthop_changes": len(watch.fib_changes) + len(watch.v6_changes),

@@ -155,6 +155,43 @@ def failed(report: dict[str, Any], vips: Sequence[str]) -> int:
     )
 
 
+HANDOVER_BEFORE_S = 0.5  # the ToR's ARP probe runs every WATCH_EVERY_S: it sees a move late
+HANDOVER_AFTER_S = 1.5  # a handshake in flight through a busy node, then its RST
+
+
+def unexplained_failures(
+    report: dict[str, Any], addresses: Sequence[str], moves: Sequence[float]
+) -> list[dict[str, Any]]:
+    """The request failures to `addresses` that a move of their traffic does not explain.
+
+    When the L2 owner changes, or a BGP next hop leaves or comes back (the ToR's ECMP hash
+    ranges shift), the ToR sends the next packets of some flows to another node. A connection
+    whose handshake is in flight at that moment (SYN through one node, its last ACK through
+    another) reaches a node without its conntrack entry: picked up mid-stream, DNATed to a
+    backend that never saw it, answered with a RST. MetalLB has the same property; only
+    conntrack synchronisation between nodes would avoid it. A failure is explained when it is
+    such a `reset` within HANDOVER_BEFORE_S/AFTER_S of a move the ToR saw (`moves`:
+    CLOCK_MONOTONIC). Any other failure, and those the load generator did not keep in detail
+    (as one entry with their count), are returned."""
+    targets = {loadgen.target_text(v, objects.SERVICE_PORT) for v in addresses}
+    kept = [f for f in report["first_failures"] if f["target"] in targets]
+    started = float(report["started_monotonic"])
+    unexplained = [
+        f
+        for f in kept
+        if not (
+            f["kind"] == "reset"
+            and any(
+                m - HANDOVER_BEFORE_S <= started + f["t"] <= m + HANDOVER_AFTER_S for m in moves
+            )
+        )
+    ]
+    missing = failed(report, addresses) - len(kept)
+    if missing > 0:
+        unexplained.append({"kind": "not kept in detail", "count": missing})
+    return unexplained
+
+
 def hops(lab: network_lab.Lab, nodes: Sequence[int] | None = None) -> set[str]:
     return {str(lab.node_v4(i)) for i in (nodes or range(1, lab.nodes + 1))}
 
@@ -335,6 +372,7 @@ class Watch:
     vips: Vips
     fib_changes: list[dict[str, Any]] = field(default_factory=list)
     arp_changes: list[list[str]] = field(default_factory=list)
+    arp_change_times: list[float] = field(default_factory=list)  # CLOCK_MONOTONIC
     v6_changes: list[dict[str, Any]] = field(default_factory=list)
     samples: int = 0
 
@@ -361,6 +399,7 @@ class Watch:
                 self.first_macs = event["macs"]
             else:
                 self.arp_changes.append(event["macs"])
+                self.arp_change_times.append(float(event["t"]))
         fib6 = witness.fib(self.lab, self.vips.v6("bgp"))
         if fib6 != self.fib6:
             self.v6_changes.append({"t": time.monotonic(), "v": sorted(fib6)})

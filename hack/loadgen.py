@@ -242,6 +242,8 @@ class Load:
             breaks.update(s.breaks)
         return {
             "duration_s": round(time.monotonic() - self.started, 3),
+            # CLOCK_MONOTONIC is the machine's: failures' `t` + this = the witnesses' times.
+            "started_monotonic": round(self.started, 6),
             "requests_total": sum(t.total for t in self.stats.values()),
             "requests_ok": sum(t.ok for t in self.stats.values()),
             "requests_failed": sum(failures.values()),

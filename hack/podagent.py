@@ -44,6 +44,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BRIDGE = "cbr0"
+POD_INDEX_FIRST, POD_INDEX_LAST = 2, 249  # host addresses given to Pods in the node's podCIDR
 TICK_S = 0.1
 PROBE_TIMEOUT_S = 1.0
 KILL_WAIT_S = 5.0
@@ -172,17 +173,26 @@ class Agent:
         self.networks = [ipaddress.ip_network(c) for c in pod_cidrs]
         self.host_ips = host_ips
         self.pods: dict[str, Running] = {}
+        self._last_index = POD_INDEX_LAST  # the first address given is POD_INDEX_FIRST
         self.stopping = False
 
     # addresses ----------------------------------------------------------------------------------
 
     def _free_index(self) -> int:
+        """The next free address after the last one given, round robin, as CNI's host-local
+        IPAM does: an address just released is not given again at once. Reused at once, it
+        would reach the node's neighbour cache, which still maps it to the old Pod's MAC, and
+        the new Pod would be unreachable until that entry fails (seen with IPv6: "address
+        unreachable" answers to clients for seconds after another test's Pods went)."""
         used = {
             int(ipaddress.ip_address(p.addresses[0])) - int(self.networks[0].network_address)
             for p in self.pods.values()
         }
-        for index in range(2, 250):
+        span = POD_INDEX_LAST - POD_INDEX_FIRST + 1
+        for step in range(1, span + 1):
+            index = POD_INDEX_FIRST + (self._last_index - POD_INDEX_FIRST + step) % span
             if index not in used:
+                self._last_index = index
                 return index
         raise RuntimeError("no free pod address on this node")
 
@@ -198,6 +208,12 @@ class Agent:
         _ip(["netns", "add", netns])
         _ip(["link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns])
         _ip(["link", "set", veth, "master", BRIDGE, "up"])
+        for address in addresses:
+            # An entry left by an earlier Pod with this address (after the round robin wrapped):
+            # its MAC is gone; forget it rather than wait for it to fail.
+            subprocess.run(
+                ["ip", "neigh", "flush", "to", address, "dev", BRIDGE], capture_output=True
+            )
         batch = ["link set lo up", "link set eth0 up"]
         for address, net, gateway in zip(addresses, self.networks, gateways, strict=True):
             nodad = " nodad" if net.version == 6 else ""

@@ -16,8 +16,10 @@ ToR for fine-grained timing:
 from __future__ import annotations
 
 import argparse
+import collections
 import ipaddress
 import json
+import os
 import re
 import select
 import socket
@@ -25,6 +27,7 @@ import struct
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
@@ -129,17 +132,16 @@ class ArpWatcher:
     ) -> tuple[float, list[str]] | None:
         """Time and MACs of the first change that satisfies `wanted`; None on timeout or if the
         watcher stopped."""
-        assert self.process.stdout is not None
+        reader = lines_of(self.process)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not select.select([self.process.stdout], [], [], 0.2)[0]:
-                continue
-            line = self.process.stdout.readline()
-            if not line:
+            while reader.queue:  # one at a time: later changes stay for the next call
+                event = reader.queue.popleft()
+                if wanted(event["macs"]):
+                    return float(event["t"]), list(event["macs"])
+            if reader.ended:
                 return None
-            event = json.loads(line)
-            if wanted(event["macs"]):
-                return float(event["t"]), list(event["macs"])
+            reader.fill(wait_s=0.2)
         return None
 
     def close(self) -> None:
@@ -243,14 +245,52 @@ def watch_fib(networks: Sequence[ipaddress.IPv4Network], out: IO[str]) -> None:
             out.flush()
 
 
-def printed(process: subprocess.Popen[str]) -> Iterator[dict[str, Any]]:
-    """Whatever a watcher has printed so far (JSON lines), without blocking."""
+class Lines:
+    """The JSON lines a watcher prints, read without blocking. Bytes come with os.read, so that
+    select sees all that is unread: a buffered readline would pull several lines into Python's
+    buffer, where select cannot see them, and they would wait for the next line to arrive."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.fd = stream.fileno()
+        self.rest = b""
+        self.ended = False
+        self.queue: collections.deque[dict[str, Any]] = collections.deque()
+
+    def fill(self, wait_s: float = 0.0) -> None:
+        """Queue every complete line there is; waits up to `wait_s` for the first bytes."""
+        timeout = wait_s
+        while not self.ended and select.select([self.fd], [], [], timeout)[0]:
+            data = os.read(self.fd, 1 << 16)
+            if not data:
+                self.ended = True
+                break
+            self.rest += data
+            timeout = 0.0
+        *lines, self.rest = self.rest.split(b"\n")
+        self.queue.extend(json.loads(line) for line in lines if line.strip())
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every line not yet taken."""
+        self.fill()
+        out = list(self.queue)
+        self.queue.clear()
+        return out
+
+
+_readers: weakref.WeakKeyDictionary[subprocess.Popen[str], Lines] = weakref.WeakKeyDictionary()
+
+
+def lines_of(process: subprocess.Popen[str]) -> Lines:
+    """The one reader of a watcher's output."""
     assert process.stdout is not None
-    while select.select([process.stdout], [], [], 0)[0]:
-        line = process.stdout.readline()
-        if not line:
-            return
-        yield json.loads(line)
+    if process not in _readers:
+        _readers[process] = Lines(process.stdout)
+    return _readers[process]
+
+
+def printed(process: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    """Whatever a watcher has printed since the last call (JSON lines), without blocking."""
+    return lines_of(process).read()
 
 
 def start_fib_watcher(lab: network_lab.Lab, networks: Sequence[str]) -> subprocess.Popen[str]:

@@ -124,3 +124,33 @@ def test_arp_owner_changes_count_moves_between_answers_not_silences() -> None:
     assert hitless.owner_changes([a, [], a, [], a]) == 0
     assert hitless.owner_changes([[], a, a]) == 0
     assert hitless.owner_changes([a, [], b, a]) == 2
+
+
+def test_only_resets_at_a_move_of_traffic_are_explained() -> None:
+    """hack.hitless.unexplained_failures: a reset within the window around a move the ToR saw
+    is a handshake caught by it; anything else, or a failure not kept in detail, is not."""
+    from hack import hitless, objects
+
+    vips = hitless.Vips("ns", ["10.0.0.1", "fd00::1"], ["10.0.0.2"])
+    l2 = loadgen.target_text("10.0.0.1", objects.SERVICE_PORT)
+    l2_v6 = loadgen.target_text("fd00::1", objects.SERVICE_PORT)
+    bgp = loadgen.target_text("10.0.0.2", objects.SERVICE_PORT)
+
+    def report(failures: list[dict[str, Any]], counted: int) -> dict[str, Any]:
+        targets = {t: {"failed": 0} for t in (l2, l2_v6, bgp)}
+        targets[l2]["failed"] = counted
+        return {"started_monotonic": 100.0, "first_failures": failures, "targets": targets}
+
+    at_move = {"t": 5.2, "target": l2, "kind": "reset"}
+    late = {"t": 7.0, "target": l2, "kind": "reset"}
+    timeout = {"t": 5.1, "target": l2, "kind": "timeout"}
+    stream = {"t": 5.0, "target": "10.0.0.1:8082", "kind": "reset"}  # a stream's, not counted
+    other = {"t": 1.0, "target": bgp, "kind": "reset"}
+    moves = [105.0]
+    assert hitless.unexplained_failures(report([at_move, stream, other], 1), vips.l2, moves) == []
+    assert hitless.unexplained_failures(report([at_move, late], 2), vips.l2, moves) == [late]
+    assert hitless.unexplained_failures(report([timeout], 1), vips.l2, moves) == [timeout]
+    assert hitless.unexplained_failures(report([at_move], 1), vips.l2, []) == [at_move]
+    assert hitless.unexplained_failures(report([at_move], 3), vips.l2, moves) == [
+        {"kind": "not kept in detail", "count": 2}
+    ]
