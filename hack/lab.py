@@ -671,7 +671,10 @@ class Lab:
         """Put every node's LAN interface, addresses and default routes back as `up` made them.
 
         A test that pulls a node's link with `ip link set eth0 down` loses the node's routes (the
-        kernel flushes routes through a device taken down); later tests must not inherit that.
+        kernel flushes routes through a device taken down): its default routes and its routes to
+        the other nodes' Pods. Later tests must not inherit that: without the Pod routes, a
+        connection that kube-proxy DNATs to a Pod on another node is answered "no route" (seen
+        as IPv6 requests failing, sporadically, in every later module).
         """
         for i in range(1, self.nodes + 1):
             _ip_batch(
@@ -681,6 +684,7 @@ class Lab:
                     f"addr replace {node_v6(i)}/{LAN_V6.prefixlen} dev eth0 nodad",
                     f"route replace default via {TOR_LAN_V4}",
                     f"route replace default via {TOR_LAN_V6}",
+                    *self._pod_routes(i, verb="replace"),
                 ],
                 node_namespace(i),
                 f"repairing {node_namespace(i)}",
@@ -696,11 +700,16 @@ class Lab:
             " nodad",
             f"link set {POD_BRIDGE} up",
         ]
+        return commands + self._pod_routes(index, verb="add")
+
+    def _pod_routes(self, index: int, verb: str) -> list[str]:
+        """`ip` commands for node `index`'s routes to the other nodes' Pods."""
+        commands = []
         for other in range(1, self.nodes + 1):
             if other != index:
                 commands += [
-                    f"route add {pod_cidr_v4(other)} via {node_v4(other)}",
-                    f"route add {pod_cidr_v6(other)} via {node_v6(other)}",
+                    f"route {verb} {pod_cidr_v4(other)} via {node_v4(other)}",
+                    f"route {verb} {pod_cidr_v6(other)} via {node_v6(other)}",
                 ]
         return commands
 

@@ -234,3 +234,25 @@ def test_down_leaves_nothing_and_up_is_all_or_nothing(lab: network_lab.Lab, tmp_
             helper.kill()
         lab.up()
     assert_pings(lab, "node1", network_lab.TOR_LAN_V4)
+
+
+def test_a_node_taken_down_and_up_is_repaired_with_its_pod_routes(lab: network_lab.Lab) -> None:
+    """The kernel flushes every route through a device taken down; the lab puts back the
+    default routes and the routes to the other nodes' Pods (kube-proxy DNATs to those)."""
+    ns = network_lab.node_namespace(1)
+
+    def routes() -> set[str]:
+        found = set()
+        for family in ("-4", "-6"):
+            for line in lab.exec(ns, "ip", family, "route", check=True).stdout.splitlines():
+                if " via " in line:
+                    found.add(" ".join(line.split()[:3]))
+        return found
+
+    wanted = routes()
+    assert f"{network_lab.pod_cidr_v6(2)} via {lab.node_v6(2)}" in wanted, wanted
+    lab.exec(ns, "ip", "link", "set", "eth0", "down", check=True)
+    lab.exec(ns, "ip", "link", "set", "eth0", "up", check=True)
+    assert not routes() & wanted
+    lab.repair_nodes()
+    assert routes() == wanted
