@@ -9,7 +9,6 @@ so a restarted controller converges on the same statuses without writing anythin
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 import secrets
 from collections.abc import Callable, Mapping
@@ -23,10 +22,6 @@ log = logging.getLogger(__name__)
 
 INTERVAL_S = 5.0
 COMPONENT = "metallb-controller"
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Reporter:
@@ -71,7 +66,7 @@ class Reporter:
             before = self.state.writes
             await self.state.sync(config_report.controller_problems(objects), refresh=True)
             writes += self.state.writes - before
-        now = _now()
+        now = kube.timestamp()
         for kind, items in objects.items():
             for obj in items:
                 name = str((obj.get("metadata") or {}).get("name"))
@@ -114,7 +109,7 @@ class Reporter:
             message=verdict.message,
             component=COMPONENT,
             instance=self.instance,
-            now=_now(),
+            now=kube.timestamp(),
             name_suffix=secrets.token_hex(8),
         )
         await self.client.create(kube.core_path("events", self.namespace), body)

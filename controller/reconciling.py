@@ -415,7 +415,7 @@ class Reconciler:
         body = snapshot.event_body(
             view,
             event,
-            now=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            now=kube.timestamp(now),
             name_suffix=f"{int(now.timestamp() * 1e9):x}{next(self._event_seq) % 4096:03x}",
             instance=self.instance,
         )

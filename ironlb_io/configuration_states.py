@@ -9,7 +9,6 @@ MetalLB's reconciler does).
 
 from __future__ import annotations
 
-import datetime
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -21,17 +20,13 @@ from ironlb_io import kube
 log = logging.getLogger(__name__)
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class Writer:
     def __init__(
         self,
         client: kube.Client,
         namespace: str,
         component: configuration_state.Component,
-        now: Callable[[], str] = _now,
+        now: Callable[[], str] = kube.timestamp,
     ) -> None:
         self.client = client
         self.namespace = namespace

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import datetime
 import json
 import os
 import ssl
@@ -190,6 +191,13 @@ def ssl_context(credentials: Credentials) -> ssl.SSLContext | bool:
 
 
 # --- paths ---------------------------------------------------------------------------------------
+
+
+def timestamp(when: datetime.datetime | None = None) -> str:
+    """A metav1.Time as the apiserver writes it (RFC 3339, whole seconds; `when` in UTC); now
+    by default."""
+    when = when or datetime.datetime.now(datetime.UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def core_path(resource: str, namespace: str | None = None, name: str | None = None) -> str:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import datetime
 import gc
 import logging
 import secrets as random_names
@@ -545,7 +544,7 @@ def _event_body(service: Mapping[str, Any], reason: str, message: str, node: str
         message=message,
         component="metallb-speaker",
         instance=node,
-        now=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        now=kube.timestamp(),
         name_suffix=random_names.token_hex(8),
     )
 
