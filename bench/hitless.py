@@ -34,8 +34,6 @@ sys.path.insert(0, str(ROOT))
 from hack import deploy, hitless, objects  # noqa: E402
 from hack import lab as network_lab  # noqa: E402
 
-LOAD_BOUND_S = 600.0  # the load generator's own limit; each scenario stops it when done
-
 
 def streams(report: dict[str, Any]) -> dict[str, Any]:
     return {
@@ -54,11 +52,9 @@ def measure(lab: network_lab.Lab, outage_s: float, quick: bool, say: Any) -> dic
         vips = hitless.serve(lab, ns)
         say("serving: the scenarios start")
         scenarios = started = time.monotonic()
-        with hitless.watching(lab, vips) as watch:
-            with hitless.load(lab, vips, LOAD_BOUND_S) as running:
-                hitless.rolling_restart(lab, deployment, vips, say, controller=not quick)
-                rolling = running.stop()
-            watch.poll()
+        rolling, watch = hitless.rolling_restart_under_load(
+            lab, deployment, vips, say, controller=not quick
+        )
         moved = {
             "l2": watch.arp_change_times,
             "bgp": [c["t"] for c in watch.fib_changes],
@@ -76,7 +72,7 @@ def measure(lab: network_lab.Lab, outage_s: float, quick: bool, say: Any) -> dic
             "rolling_streams_broken": rolling["streams_broken"],
             "rolling_s": round(time.monotonic() - started, 1),
         }
-        with hitless.load(lab, vips, LOAD_BOUND_S) as running:
+        with hitless.load(lab, vips, hitless.LOAD_BOUND_S) as running:
             killed = hitless.exabgp_kill(lab, deployment, vips, 2, say)
             flapped = hitless.link_flap(lab, deployment, vips, 3, 3 if quick else 20, say)
             bgpd = None if quick else hitless.bgpd_restart(lab, vips, say)
@@ -95,11 +91,7 @@ def measure(lab: network_lab.Lab, outage_s: float, quick: bool, say: Any) -> dic
         requests = rolling["requests_total"] + faults["requests_total"]
         if not quick:
             hitless.set_graceful_restart(lab, vips, True, say)
-            with hitless.watching(lab, vips) as watch:
-                with hitless.load(lab, vips, LOAD_BOUND_S) as running:
-                    hitless.rolling_restart(lab, deployment, vips, say)
-                    graceful = running.stop()
-                watch.poll()
+            graceful, watch = hitless.rolling_restart_under_load(lab, deployment, vips, say)
             requests += graceful["requests_total"]
             figures |= {
                 "rolling_gr_unexplained_failures": len(
@@ -114,7 +106,7 @@ def measure(lab: network_lab.Lab, outage_s: float, quick: bool, say: Any) -> dic
             }
             hitless.set_graceful_restart(lab, vips, False, say)
         started = time.monotonic()
-        with hitless.load(lab, vips, LOAD_BOUND_S) as running:
+        with hitless.load(lab, vips, hitless.LOAD_BOUND_S) as running:
             outage = hitless.apiserver_outage(
                 lab, deployment, vips, outage_s, say, new_service=not quick
             )

@@ -42,6 +42,7 @@ STREAMS = 1  # long-lived streams per address
 SPEAKER_HEALTH_PORT = 7473
 WATCH_EVERY_S = 0.2
 SETTLE_TIMEOUT_S = 60.0
+LOAD_BOUND_S = 600.0  # the load generator's own limit; each scenario stops it when done
 KILL_SEEN_S = 3.0  # a hold time: if the next hop never left by then, it stayed
 
 
@@ -422,6 +423,23 @@ def watching(lab: network_lab.Lab, vips: Vips) -> Iterator[Watch]:
         yield watch
     finally:
         watch.close()
+
+
+def rolling_restart_under_load(
+    lab: network_lab.Lab,
+    deployment: deploy.Deployment,
+    vips: Vips,
+    say: Callable[[str], None],
+    controller: bool = True,
+) -> tuple[dict[str, Any], Watch]:
+    """`rolling_restart` under `load`, the ToR watched throughout: the load's report and what
+    the ToR saw change (polled once at the end: the watchers' lines carry their own times)."""
+    with watching(lab, vips) as watch:
+        with load(lab, vips, LOAD_BOUND_S) as running:
+            rolling_restart(lab, deployment, vips, say, controller=controller)
+            report = running.stop()
+        watch.poll()
+    return report, watch
 
 
 def owner_changes(answers: Sequence[list[str]]) -> int:

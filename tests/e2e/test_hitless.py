@@ -53,11 +53,7 @@ def test_rolling_restart_of_every_component_fails_no_new_connection(
     """Without graceful restart a leaving speaker withdraws first; the node keeps forwarding
     what still reaches it, so no new connection fails but, at the instant the ToR moves traffic
     (an L2 owner, an ECMP set), one whose handshake is in flight (`unexplained_failures`)."""
-    with hitless.watching(lab, vips) as watch:
-        with hitless.load(lab, vips, duration=600) as running:
-            hitless.rolling_restart(lab, deployment, vips, print)
-            report = running.stop()
-        watch.poll()
+    report, watch = hitless.rolling_restart_under_load(lab, deployment, vips, print)
     show(capsys, "rolling restart", report)
     assert report["requests_total"] > 0 and report["requests_ok"] > 0
     # The ToR saw the moves the explanation relies on: each speaker's leave and return.
@@ -82,11 +78,7 @@ def test_with_graceful_restart_the_tor_keeps_every_next_hop_through_a_rolling_re
 ) -> None:
     hitless.set_graceful_restart(lab, vips, True, print)
     try:
-        with hitless.watching(lab, vips) as watch:
-            with hitless.load(lab, vips, duration=600) as running:
-                hitless.rolling_restart(lab, deployment, vips, print)
-                report = running.stop()
-            watch.poll()
+        report, watch = hitless.rolling_restart_under_load(lab, deployment, vips, print)
         show(capsys, "rolling restart, graceful restart", report)
         assert watch.first_fib == sorted(hitless.hops(lab))
         # Nothing moved on the ToR: the stale routes stayed until each new speaker's End-of-RIB.
@@ -108,7 +100,7 @@ def test_killed_exabgp_and_a_restarted_tor_bgpd_come_back_with_no_failed_connect
     vips: hitless.Vips,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with hitless.load(lab, vips, duration=600) as running:
+    with hitless.load(lab, vips, duration=hitless.LOAD_BOUND_S) as running:
         killed = hitless.exabgp_kill(lab, deployment, vips, 2, print)
         bgpd = hitless.bgpd_restart(lab, vips, print)
         report = running.stop()
@@ -129,7 +121,7 @@ def test_an_apiserver_outage_withdraws_nothing_rewrites_nothing_and_converges(
     vips: hitless.Vips,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with hitless.load(lab, vips, duration=600) as running:
+    with hitless.load(lab, vips, duration=hitless.LOAD_BOUND_S) as running:
         outcome = hitless.apiserver_outage(lab, deployment, vips, OUTAGE_S, print)
         report = running.stop()
     show(capsys, "apiserver outage", {**report, "outcome": outcome})
