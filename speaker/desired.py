@@ -7,8 +7,13 @@ names (`notOwner`, `noMatchingAdvertisement`, ...) so logs and status read the s
 
 Where MetalLB elects per Service (hashing its first ingress address), we elect per address over the
 union of the candidates of every Service holding it: Services sharing an address then always have
-one owner, whatever their advertisements say. A dual-stack Service's two addresses are elected
-separately, so its IPv4 and IPv6 addresses may be answered by different nodes.
+one owner, whatever their advertisements say. A Service's addresses are all elected by hashing
+its first one, so a dual-stack Service is answered by one node in both families.
+
+Beyond MetalLB, a node whose data path is not ready (`ironlb.datapath`: kube-proxy unhealthy, or
+for a Local Service not yet programmed) or that is draining is no candidate and withdraws its BGP
+routes. Every non-announcement carries a reason and a message (who is elected, which check
+failed): what `ironlb status --explain` prints for this node.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ironlb import addresses, model, selectors
+from ironlb import addresses, datapath, model, selectors
 from speaker import election
 
 
@@ -34,6 +39,10 @@ class Reason(enum.StrEnum):
     NODE_EXCLUDED = "nodeLabeledExcludeBalancers"
     NO_LOCAL_ENDPOINTS = "noLocalEndpoints"
     NO_ENDPOINTS = "noEndpoints"
+
+
+# A node's verdict on a Service: MetalLB's reasons, or the data path's (ironlb.datapath).
+Why = Reason | datapath.Reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +78,29 @@ class Snapshot:
     # Nodes whose speaker is alive (from membership, or Node Ready when membership is off).
     alive: frozenset[str]
     ignore_exclude_lb: bool = False
+    # Each node's own verdict on its data path (gossiped; this node's from its probes). A node
+    # without one (a speaker that predates the check, or runs without it) counts as ready.
+    readiness: Mapping[str, datapath.NodeReadiness] = field(default_factory=dict)
+
+    def not_ready(self) -> _NotReady:
+        """Who is not ready for what, gathered once per pass (not once per Service)."""
+        down = frozenset(n for n, r in self.readiness.items() if not r.proxy_ready)
+        lagging: dict[str, set[str]] = {}
+        for name, r in self.readiness.items():
+            for key in r.unready_local:
+                lagging.setdefault(key, set()).add(name)
+        return _NotReady(down, {k: frozenset(v) for k, v in lagging.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class _NotReady:
+    proxy_down: frozenset[str]
+    lagging: Mapping[str, frozenset[str]]  # Local Service key -> nodes whose kube-proxy lags
+
+    def for_service(self, service: Service) -> frozenset[str]:
+        if not service.local:
+            return self.proxy_down
+        return self.proxy_down | self.lagging.get(service.key, frozenset())
 
 
 ALL_INTERFACES: tuple[str, ...] = ()
@@ -88,8 +120,10 @@ class L2Plan:
     mine: tuple[L2Address, ...]
     # Every address's elected owner (None: nobody may announce it), for status and logs.
     owners: Mapping[addresses.IPAddress, str | None]
-    # Why this node does not announce a Service (absent: it announces every address it owns).
-    reasons: Mapping[str, Reason] = field(default_factory=dict)
+    # Why this node does not announce a Service (absent: it announces every address it owns),
+    # and in words (who is elected, which check failed).
+    reasons: Mapping[str, Why] = field(default_factory=dict)
+    messages: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +138,7 @@ class BGPService:
 @dataclass(frozen=True, slots=True)
 class BGPPlan:
     mine: tuple[BGPService, ...]
-    reasons: Mapping[str, Reason] = field(default_factory=dict)
+    reasons: Mapping[str, Why] = field(default_factory=dict)
 
 
 # --- shared rules --------------------------------------------------------------------------------
@@ -165,14 +199,15 @@ class _L2Candidacy:
     candidates: frozenset[str]
     scores: Mapping[str, int]
     ads: tuple[model.L2Advertisement, ...]
+    not_ready: frozenset[str]
 
 
 def _l2_candidacy(
-    snapshot: Snapshot, service: Service, pool: model.IPAddressPool
+    snapshot: Snapshot, service: Service, pool: model.IPAddressPool, not_ready: _NotReady
 ) -> _L2Candidacy | Reason:
     """The nodes that may announce this Service's addresses, or why nobody may."""
     if not can_serve(service):
-        return Reason.NOT_OWNER
+        return Reason.NO_ENDPOINTS
     ads = tuple(
         ad
         for ad in snapshot.config.l2_advertisements
@@ -182,48 +217,100 @@ def _l2_candidacy(
         return Reason.SHARED_IP_WITH_SERVICE_SELECTOR
     if not ads:
         return Reason.NO_MATCHING_ADVERTISEMENT
+    unready = not_ready.for_service(service)
     candidates = election.eligible(
         snapshot.nodes.values(),
         frozenset(snapshot.alive),
         ads,
         endpoint_nodes=endpoint_nodes(service) if service.local else None,
         ignore_exclude_label=snapshot.ignore_exclude_lb,
+        not_ready=unready,
     )
     scores = election.scores((snapshot.nodes[n] for n in candidates), ads)
-    return _L2Candidacy(candidates, scores, ads)
+    return _L2Candidacy(candidates, scores, ads, unready)
+
+
+def _why_not_candidate(
+    snapshot: Snapshot,
+    service: Service,
+    me: str,
+    ads: Iterable[model.L2Advertisement],
+    not_ready: frozenset[str],
+) -> tuple[Why, str] | None:
+    """Why this node is not among a Service's L2 candidates (None: it is one), in the order
+    a reader would check: the Node, the configuration, the endpoints, the data path."""
+    node = snapshot.nodes.get(me)
+    if node is None:
+        return Reason.NOT_OWNER, "no Node object for this node"
+    if me not in snapshot.alive:
+        return Reason.NOT_OWNER, "this node's speaker is not a live member"
+    if node.network_unavailable:
+        return Reason.NODE_NETWORK_UNAVAILABLE, "the Node's NetworkUnavailable condition is True"
+    if election.excluded(node, snapshot.ignore_exclude_lb):
+        return Reason.NODE_EXCLUDED, "the Node is labelled exclude-from-external-load-balancers"
+    if node.drain is not None:
+        return node.drain.reason, node.drain.message
+    if not any(_selects_node(ad.node_selectors, node) for ad in ads):
+        return Reason.NO_MATCHING_ADVERTISEMENT, "no L2Advertisement of the pool selects this node"
+    if service.local and me not in endpoint_nodes(service):
+        return Reason.NO_LOCAL_ENDPOINTS, "no ready endpoint on this node"
+    if me in not_ready:
+        readiness = snapshot.readiness.get(me)
+        if readiness is not None and not readiness.proxy_ready:
+            return datapath.Reason.KUBE_PROXY_NOT_READY, "kube-proxy is not healthy on this node"
+        return (
+            datapath.Reason.KUBE_PROXY_NO_LOCAL_ENDPOINTS,
+            "kube-proxy's healthCheckNodePort reports no local endpoint yet",
+        )
+    return None
+
+
+_NO_CANDIDACY_MESSAGES: Mapping[Reason, str] = {
+    Reason.NO_ENDPOINTS: "no ready or serving endpoint anywhere",
+    Reason.SHARED_IP_WITH_SERVICE_SELECTOR: (
+        "a Service sharing its address is selected by an advertisement with serviceSelectors"
+    ),
+    Reason.NO_MATCHING_ADVERTISEMENT: "no L2Advertisement selects the pool and the Service",
+    Reason.NO_IP_ALLOCATED: "the Service has no address",
+    Reason.IP_NOT_ALLOWED: "no pool holds the Service's addresses",
+}
 
 
 def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
-    reasons: dict[str, Reason] = {}
-    # address -> (candidates, scores, [(service key, ads)], election keys) merged over the
+    reasons: dict[str, Why] = {}
+    messages: dict[str, str] = {}
+    not_ready = snapshot.not_ready()
+    # address -> (candidates, scores, [(service, candidacy)], election keys) merged over the
     # Services holding it.
     per_address: dict[
         addresses.IPAddress,
         tuple[
             set[str],
             dict[str, int],
-            list[tuple[str, tuple[model.L2Advertisement, ...]]],
+            list[tuple[Service, _L2Candidacy]],
             set[addresses.IPAddress],
         ],
     ] = {}
     for service in snapshot.services:
+        candidacy: _L2Candidacy | Reason
         if not service.ips:
-            reasons[service.key] = Reason.NO_IP_ALLOCATED
-            continue
-        pool = pool_of(snapshot.config, service.ips)
-        if pool is None:
-            reasons[service.key] = Reason.IP_NOT_ALLOWED
-            continue
-        candidacy = _l2_candidacy(snapshot, service, pool)
+            candidacy = Reason.NO_IP_ALLOCATED
+        else:
+            pool = pool_of(snapshot.config, service.ips)
+            if pool is None:
+                candidacy = Reason.IP_NOT_ALLOWED
+            else:
+                candidacy = _l2_candidacy(snapshot, service, pool, not_ready)
         if isinstance(candidacy, Reason):
             reasons[service.key] = candidacy
+            messages[service.key] = _NO_CANDIDACY_MESSAGES.get(candidacy, "")
             continue
         for ip in service.ips:
             cands, scores, holders, keys = per_address.setdefault(ip, (set(), {}, [], set()))
             cands |= candidacy.candidates
             for name, score in candidacy.scores.items():
                 scores[name] = max(scores.get(name, 0), score)
-            holders.append((service.key, candidacy.ads))
+            holders.append((service, candidacy))
             # MetalLB hashes a Service's first address for all of them: a dual-stack Service
             # is announced by one node in both families.
             keys.add(service.ips[0])
@@ -239,27 +326,38 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
         owners[ip] = owner
         node = snapshot.nodes.get(me)
         if owner != me or node is None:
-            for key, ads in holders:
-                selected = node is not None and any(
-                    _selects_node(ad.node_selectors, node) for ad in ads
+            for service, candidacy in holders:
+                if service.key in reasons:
+                    continue
+                why = _why_not_candidate(
+                    snapshot, service, me, candidacy.ads, candidacy.not_ready
                 )
-                reasons.setdefault(
-                    key, Reason.NOT_OWNER if selected else Reason.NO_MATCHING_ADVERTISEMENT
-                )
+                if why is None:
+                    why = (
+                        Reason.NOT_OWNER,
+                        f"{owner} is elected" if owner else "no node is eligible",
+                    )
+                reasons[service.key], messages[service.key] = why
             continue
-        my_ads = [ad for _, ads in holders for ad in ads if _selects_node(ad.node_selectors, node)]
+        my_ads = [
+            ad
+            for _, candidacy in holders
+            for ad in candidacy.ads
+            if _selects_node(ad.node_selectors, node)
+        ]
         mine.append(
             L2Address(
                 address=ip,
                 interfaces=_interfaces(my_ads),
-                services=tuple(sorted({key for key, _ in holders})),
+                services=tuple(sorted({service.key for service, _ in holders})),
             )
         )
     # A Service announced for at least one of its addresses has no reason to report.
     for entry in mine:
         for key in entry.services:
             reasons.pop(key, None)
-    return L2Plan(tuple(mine), owners, reasons)
+            messages.pop(key, None)
+    return L2Plan(tuple(mine), owners, reasons, messages)
 
 
 def _address_order(address: addresses.IPAddress) -> tuple[int, int]:
@@ -300,7 +398,7 @@ def bgp_decision(
     service: Service,
     me: model.NodeName,
     per_pool: dict[str, tuple[model.BGPAdvertisement, ...]] | None = None,
-) -> tuple[model.BGPAdvertisement, ...] | Reason:
+) -> tuple[model.BGPAdvertisement, ...] | Why:
     """The advertisements under which this node announces the Service, or why it does not.
 
     `per_pool` remembers, across the calls of one pass, which advertisements select each pool
@@ -333,20 +431,27 @@ def bgp_decision(
         return Reason.NODE_NETWORK_UNAVAILABLE
     if election.excluded(node, snapshot.ignore_exclude_lb):
         return Reason.NODE_EXCLUDED
+    if node.drain is not None:
+        return node.drain.reason
+    readiness = snapshot.readiness.get(me)
+    if readiness is not None and not readiness.proxy_ready:
+        return datapath.Reason.KUBE_PROXY_NOT_READY
     if service.local and me not in endpoint_nodes(service):
         return Reason.NO_LOCAL_ENDPOINTS
     if not can_serve(service):
         return Reason.NO_ENDPOINTS
+    if service.local and readiness is not None and service.key in readiness.unready_local:
+        return datapath.Reason.KUBE_PROXY_NO_LOCAL_ENDPOINTS
     return ads
 
 
 def bgp_plan(snapshot: Snapshot, me: model.NodeName) -> BGPPlan:
     mine: list[BGPService] = []
-    reasons: dict[str, Reason] = {}
+    reasons: dict[str, Why] = {}
     per_pool: dict[str, tuple[model.BGPAdvertisement, ...]] = {}
     for service in snapshot.services:
         decision = bgp_decision(snapshot, service, me, per_pool)
-        if isinstance(decision, Reason):
+        if isinstance(decision, (Reason, datapath.Reason)):
             reasons[service.key] = decision
         else:
             mine.append(BGPService(service.key, service.ips, decision))

@@ -9,7 +9,10 @@ node that disappears. Services sharing an address must call this once per addres
 
 Eligibility (design.md, metallb-behaviour.md §4.1 step 5-6): a live speaker, not
 NetworkUnavailable, not labelled exclude-from-external-load-balancers, selected by some
-L2Advertisement that applies, and for `externalTrafficPolicy: Local` hosting a serving endpoint.
+L2Advertisement that applies, and for `externalTrafficPolicy: Local` hosting a serving endpoint;
+and, beyond MetalLB, not draining (being deleted, tainted for deletion, cordoned when configured)
+and with a data path that is ready (`ironlb.datapath`: its kube-proxy is healthy, and for a
+Local Service reports the local endpoint).
 Liveness comes from membership; without it, from the Node Ready condition (`ready_nodes`).
 """
 
@@ -19,7 +22,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ironlb import addresses, model
+from ironlb import addresses, datapath, model
 from ironlb import annotations as keys
 
 
@@ -28,6 +31,7 @@ class NodeInfo:
     name: str
     labels: model.Labels = ()
     network_unavailable: bool = False
+    drain: datapath.Drain | None = None  # leaving: hands its addresses over first
 
 
 def _printed(address: str) -> str:
@@ -75,18 +79,22 @@ def eligible(
     *,
     endpoint_nodes: frozenset[str] | None = None,
     ignore_exclude_label: bool = False,
+    not_ready: frozenset[str] = frozenset(),
 ) -> frozenset[str]:
     """Names of the nodes that may announce a service's address.
 
     ads are the L2Advertisements that apply to the service (its pool, its labels);
-    endpoint_nodes, for externalTrafficPolicy Local, the nodes hosting a serving endpoint.
+    endpoint_nodes, for externalTrafficPolicy Local, the nodes hosting a serving endpoint;
+    not_ready, the nodes whose data path (kube-proxy) is not ready for this service.
     """
     out: set[str] = set()
     for node in nodes:
         labels = model.label_map(node.labels)
         if node.name not in alive or node.network_unavailable:
             continue
-        if excluded(node, ignore_exclude_label):
+        if excluded(node, ignore_exclude_label) or node.drain is not None:
+            continue
+        if node.name in not_ready:
             continue
         if not any(_selected(ad, labels) for ad in ads):
             continue

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ironlb import addresses, model, selectors
+from ironlb import addresses, datapath, model, selectors
 from ironlb import annotations as keys
 from speaker import desired
 
@@ -79,6 +79,7 @@ def snapshot(
     alive: Iterable[str] | None = None,
     ignore_exclude_lb: bool = False,
     pools: Iterable[model.IPAddressPool] = (POOL,),
+    readiness: dict[str, datapath.NodeReadiness] | None = None,
 ) -> desired.Snapshot:
     node_list = list(nodes)
     return desired.Snapshot(
@@ -91,6 +92,7 @@ def snapshot(
             model.NodeName(a) for a in (alive if alive is not None else [n.name for n in node_list])
         ),
         ignore_exclude_lb=ignore_exclude_lb,
+        readiness=readiness or {},
     )
 
 
@@ -477,3 +479,162 @@ def test_bgp_and_l2_are_independent() -> None:
     assert desired.bgp_plan(snap, model.NodeName("iris1")).mine
     assert desired.bgp_plan(snap, model.NodeName("iris2")).mine
     assert announcers(snap) == {"iris2"}
+
+
+# --- data-path readiness and drain (beyond MetalLB) ---------------------------------------------
+
+READY = datapath.NodeReadiness(proxy_ready=True)
+PROXY_DOWN = datapath.NodeReadiness(proxy_ready=False)
+
+
+def owner_of(snap: desired.Snapshot, address: str = "10.20.30.1") -> str:
+    owners = {desired.l2_plan(snap, model.NodeName(n)).owners.get(ip(address)) for n in snap.nodes}
+    assert len(owners) == 1, owners  # every node computes the same owner
+    found = owners.pop()
+    assert found is not None
+    return found
+
+
+def test_node_with_kube_proxy_down_is_no_l2_candidate_and_says_why() -> None:
+    service = svc(endpoints=[ep("iris1")])
+    first = owner_of(snapshot([service]))
+    other = "iris2" if first == "iris1" else "iris1"
+    snap = snapshot([service], readiness={first: PROXY_DOWN, other: READY})
+    assert owner_of(snap) == other
+    assert reason(snap, first) == "kubeProxyNotReady"
+    plan = desired.l2_plan(snap, model.NodeName(other))
+    assert [e.address for e in plan.mine] == [ip("10.20.30.1")]
+    # Back healthy: the hash winner again.
+    snap = snapshot([service], readiness={first: READY, other: READY})
+    assert owner_of(snap) == first
+
+
+def test_a_node_without_a_readiness_verdict_counts_as_ready() -> None:
+    service = svc(endpoints=[ep("iris1")])
+    first = owner_of(snapshot([service]))
+    other = "iris2" if first == "iris1" else "iris1"
+    assert owner_of(snapshot([service], readiness={other: READY})) == first
+
+
+def test_nobody_ready_means_nobody_announces() -> None:
+    snap = snapshot(
+        [svc(endpoints=[ep("iris1")])], readiness={"iris1": PROXY_DOWN, "iris2": PROXY_DOWN}
+    )
+    assert announcers(snap) == set()
+    assert reason(snap, "iris1") == reason(snap, "iris2") == "kubeProxyNotReady"
+
+
+def test_local_service_lagging_in_kube_proxy_moves_only_that_service() -> None:
+    local = svc(local=True, endpoints=[ep("iris1"), ep("iris2")])
+    cluster = svc("10.20.30.2", name="other", endpoints=[ep("iris1")])
+    first = owner_of(snapshot([local, cluster]))
+    other = "iris2" if first == "iris1" else "iris1"
+    lag = datapath.NodeReadiness(proxy_ready=True, unready_local=frozenset({"ns/svc", "ns/other"}))
+    snap = snapshot([local, cluster], readiness={first: lag})
+    assert owner_of(snap) == other
+    assert reason(snap, first) == "kubeProxyNoLocalEndpoints"
+    # The lag list only counts for Local Services: the Cluster one stays where it was.
+    before = owner_of(snapshot([local, cluster]), "10.20.30.2")
+    assert owner_of(snap, "10.20.30.2") == before
+
+
+def test_draining_node_is_no_candidate() -> None:
+    service = svc(endpoints=[ep("iris1")])
+    first = owner_of(snapshot([service]))
+    other = "iris2" if first == "iris1" else "iris1"
+    for drain in (
+        datapath.Drain(datapath.Reason.NODE_DELETING, "deleting"),
+        datapath.Drain(datapath.Reason.NODE_TO_BE_DELETED, "tainted"),
+        datapath.Drain(datapath.Reason.NODE_CORDONED, "cordoned"),
+    ):
+        nodes = [desired.Node(model.NodeName(first), drain=drain), node(other)]
+        snap = snapshot([service], nodes)
+        assert owner_of(snap) == other
+        assert reason(snap, first) == drain.reason
+
+
+def test_not_elected_names_the_owner() -> None:
+    snap = snapshot([svc(endpoints=[ep("iris1")])])
+    first = owner_of(snap)
+    other = "iris2" if first == "iris1" else "iris1"
+    plan = desired.l2_plan(snap, model.NodeName(other))
+    assert plan.reasons["ns/svc"] == "notOwner"
+    assert plan.messages["ns/svc"] == f"{first} is elected"
+
+
+def test_reasons_for_explain() -> None:
+    """The reasons `ironlb status --explain` must name, each from its own cause."""
+    local = svc(local=True, endpoints=[ep("iris1")])
+    assert reason(snapshot([local]), "iris2") == "noLocalEndpoints"
+    assert reason(snapshot([svc(endpoints=[])]), "iris1") == "noEndpoints"
+    excluded = [node("iris1", **{keys.EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: ""}), node("iris2")]
+    assert reason(snapshot([svc(endpoints=[ep("iris1")])], excluded), "iris1") == (
+        "nodeLabeledExcludeBalancers"
+    )
+    only2 = l2ad(node_selectors=(sel(host="iris2"),))
+    nodes = [node("iris1", host="iris1"), node("iris2", host="iris2")]
+    assert reason(snapshot([svc(endpoints=[ep("iris1")])], nodes, l2=[only2]), "iris1") == (
+        "noMatchingAdvertisement"
+    )
+    assert reason(snapshot([svc(endpoints=[ep("iris1")])], l2=[]), "iris1") == (
+        "noMatchingAdvertisement"
+    )
+
+
+def test_bgp_withdraws_when_not_ready_or_draining() -> None:
+    service = svc(endpoints=[ep("iris1")])
+    ads = [bgpad()]
+    assert desired.bgp_plan(bgp_snap([service], bgp=ads), model.NodeName("iris1")).mine
+    snap = bgp_snap([service], bgp=ads, readiness={"iris1": PROXY_DOWN})
+    plan = desired.bgp_plan(snap, model.NodeName("iris1"))
+    assert not plan.mine and plan.reasons["ns/svc"] == "kubeProxyNotReady"
+    assert desired.bgp_plan(snap, model.NodeName("iris2")).mine  # the other node is unaffected
+    drain = datapath.Drain(datapath.Reason.NODE_TO_BE_DELETED, "tainted")
+    snap = bgp_snap([service], nodes=[desired.Node(model.NodeName("iris1"), drain=drain)], bgp=ads)
+    plan = desired.bgp_plan(snap, model.NodeName("iris1"))
+    assert not plan.mine and plan.reasons["ns/svc"] == "nodeToBeDeleted"
+    local = svc(local=True, endpoints=[ep("iris1")])
+    lag = datapath.NodeReadiness(proxy_ready=True, unready_local=frozenset({"ns/svc"}))
+    plan = desired.bgp_plan(
+        bgp_snap([local], bgp=ads, readiness={"iris1": lag}), model.NodeName("iris1")
+    )
+    assert not plan.mine and plan.reasons["ns/svc"] == "kubeProxyNoLocalEndpoints"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["n1", "n2", "n3", "n4"]),
+        st.builds(
+            datapath.NodeReadiness,
+            st.booleans(),
+            st.frozensets(st.sampled_from(["ns/s0", "ns/s1", "ns/s2"])),
+        ),
+    ),
+    st.lists(
+        st.tuples(
+            st.integers(1, 20), st.booleans(), st.lists(st.sampled_from(["n1", "n2", "n3", "n4"]))
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_with_readiness_still_one_owner_and_never_a_not_ready_one(
+    readiness: dict[str, datapath.NodeReadiness], specs: list[tuple[int, bool, list[str]]]
+) -> None:
+    nodes = [node(n) for n in ("n1", "n2", "n3", "n4")]
+    services = [
+        # One address each: a shared address is served if any of its Services may be.
+        svc(f"10.20.30.{i + 1}", name=f"s{i}", local=local, endpoints=[ep(e) for e in eps])
+        for i, (_, local, eps) in enumerate(specs)
+    ]
+    snap = snapshot(services, nodes, readiness=readiness)
+    owners: dict[addresses.IPAddress, set[str]] = {}
+    for n in snap.nodes:
+        for entry in desired.l2_plan(snap, model.NodeName(n)).mine:
+            owners.setdefault(entry.address, set()).add(n)
+            state = readiness.get(n)
+            for key in entry.services:
+                service = next(s for s in services if s.key == key)
+                assert state is None or state.ready_for(key, service.local)
+    assert all(len(v) == 1 for v in owners.values())
