@@ -113,30 +113,37 @@ def status(
     problems: Iterable[Problem],
     current: Mapping[str, Any] | None,
     now: str,
+    extra: Mapping[str, Verdict] | None = None,
 ) -> dict[str, Any]:
     """The whole status `component` wants, given the object as it is (or None).
 
-    Conditions of other types are kept. `lastTransitionTime` moves only when our condition's
+    `extra`: conditions of ironlb's own types beside MetalLB's (a speaker's `DataPathReady`);
+    they never count in `result` (only ConfigurationError does), so MetalLB's checks read the
+    same. Conditions of other types are kept. `lastTransitionTime` moves only when a condition's
     status flips; MetalLB sets it to now on every reconcile, which would make every reconcile a
     write: we write only when what the object says changes.
     """
-    want = verdict(problems)
+    wanted = {component.condition: verdict(problems), **(extra or {})}
     conditions = _conditions(current)
-    ours = next((c for c in conditions if c.get("type") == component.condition), None)
-    since = now
-    if ours is not None and ours.get("status") == want.status and ours.get("lastTransitionTime"):
-        since = str(ours["lastTransitionTime"])
-    condition = {
-        "type": component.condition,
-        "status": want.status,
-        "reason": want.reason,
-        "message": want.message,
-        "lastTransitionTime": since,
-    }
-    merged = [
-        *(dict(c) for c in conditions if c.get("type") != component.condition),
-        condition,
-    ]
+    merged = [dict(c) for c in conditions if c.get("type") not in wanted]
+    for kind, want in wanted.items():
+        ours = next((c for c in conditions if c.get("type") == kind), None)
+        since = now
+        if (
+            ours is not None
+            and ours.get("status") == want.status
+            and ours.get("lastTransitionTime")
+        ):
+            since = str(ours["lastTransitionTime"])
+        merged.append(
+            {
+                "type": kind,
+                "status": want.status,
+                "reason": want.reason,
+                "message": want.message,
+                "lastTransitionTime": since,
+            }
+        )
     result, errors = summary(merged)
     return {"result": result, "errorSummary": errors, "conditions": merged}
 
@@ -146,9 +153,10 @@ def status_patch(
     problems: Iterable[Problem],
     current: Mapping[str, Any] | None,
     now: str,
+    extra: Mapping[str, Verdict] | None = None,
 ) -> dict[str, Any] | None:
     """The merge patch for `<name>/status`, or None when the object already says this."""
-    want = status(component, problems, current, now)
+    want = status(component, problems, current, now, extra)
     have = (current or {}).get("status")
     if isinstance(have, Mapping) and _same(have, want):
         return None

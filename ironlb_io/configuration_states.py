@@ -40,22 +40,29 @@ class Writer:
         self._failure = ""  # the last failure logged, so a lasting one is logged once
         self.writes = 0
 
-    async def sync(self, problems: Iterable[Problem], *, refresh: bool = False) -> bool:
-        """Make the object say what `problems` mean; True once it does (written or already so)."""
+    async def sync(
+        self,
+        problems: Iterable[Problem],
+        *,
+        refresh: bool = False,
+        extra: Mapping[str, configuration_state.Verdict] | None = None,
+    ) -> bool:
+        """Make the object say what `problems` mean (and the `extra` conditions of ours);
+        True once it does (written or already so)."""
         found = list(problems)
         try:
             if refresh or not self._known:
                 self._current = await self._get()
                 self._known = True
             patch = configuration_state.status_patch(
-                self.component, found, self._current, self.now()
+                self.component, found, self._current, self.now(), extra
             )
             if patch is None:
                 return self._succeeded()
             if self._current is None:
                 self._current = await self._create()
                 patch = configuration_state.status_patch(
-                    self.component, found, self._current, self.now()
+                    self.component, found, self._current, self.now(), extra
                 )
                 if patch is None:
                     return self._succeeded()

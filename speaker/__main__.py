@@ -2,7 +2,8 @@
 
 Flags keep MetalLB's names and environment variables where one exists (`--ml-bind-addr` /
 `METALLB_ML_BIND_ADDR`, `--ml-bind-port`, `--ml-secret-key-path`, `--lb-class`,
-`--ignore-exclude-lb`, `NODE_NAME`, `METALLB_NAMESPACE`).
+`--ignore-exclude-lb`, `NODE_NAME`, `METALLB_NAMESPACE`); ironlb's own: the data-path check
+(`--datapath-check`, `--healthz-url`, `--datapath-probe-rate`) and `--drain-on-cordon`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import logging
 import os
 import sys
 
+from ironlb import datapath
 from ironlb_io import kube, logs
-from speaker import agent, appliers, joining, seeds
+from speaker import agent, appliers, datapath_probing, joining, seeds
 from speaker.membership import config as membership_config
 
 
@@ -58,6 +60,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-layer2", action="store_true", help="do not answer ARP/NDP")
     parser.add_argument("--no-bgp", action="store_true", help="do not run BGP")
     parser.add_argument("--ignore-exclude-lb", action="store_true")
+    parser.add_argument(
+        "--datapath-check",
+        default=env("IRONLB_DATAPATH_CHECK", datapath.Check.KUBE_PROXY.value),
+        choices=[c.value for c in datapath.Check],
+        help="how this node's data path is judged before announcing from it: kube-proxy's "
+        "/healthz and healthCheckNodePorts (default), another health URL (--healthz-url), or "
+        "EndpointSlices only (clusters without kube-proxy)",
+    )
+    parser.add_argument(
+        "--healthz-url",
+        default=env("IRONLB_HEALTHZ_URL", datapath_probing.DEFAULT_HEALTHZ_URL),
+        help="kube-proxy's (or a replacement's) health URL; {node_ip} is the Node's InternalIP",
+    )
+    parser.add_argument(
+        "--datapath-probe-rate",
+        type=float,
+        default=datapath_probing.RATE_PER_S,
+        help="healthCheckNodePort probes per second at most, whatever the Service count",
+    )
+    parser.add_argument(
+        "--drain-on-cordon",
+        action="store_true",
+        help="a cordoned (unschedulable) node hands its addresses over, as when it is deleted",
+    )
     parser.add_argument("--log-level", default="info", choices=sorted(logs.LEVELS))
     return parser.parse_args(argv)
 
@@ -91,8 +117,18 @@ async def _run(args: argparse.Namespace, settings: joining.Settings | None) -> i
         metrics_port=args.metrics_port,
         ignore_exclude_lb=args.ignore_exclude_lb,
         log_level=args.log_level,
+        drain_on_cordon=args.drain_on_cordon,
+    )
+    prober = datapath_probing.Prober(
+        check=datapath.Check(args.datapath_check),
+        healthz_url=args.healthz_url,
+        rate=args.datapath_probe_rate,
+        registry=agent.REGISTRY,
     )
     member = None if settings is None else joining.Membership(settings, agent.REGISTRY)
+    if member is not None:
+        # Not ready until kube-proxy says so: the others must not elect us before that.
+        member.set_metadata(prober.readiness().encode())
     joined = None if member is None else asyncio.ensure_future(member.run())
     if joined is not None:
         joined.add_done_callback(_report_failure)
@@ -104,6 +140,7 @@ async def _run(args: argparse.Namespace, settings: joining.Settings | None) -> i
             layer2=layer2,
             bgp=bgp,
             membership=member,
+            prober=prober,
             not_ready=member.reasons if member is not None else tuple,
         )
     finally:

@@ -35,10 +35,10 @@ from typing import Any, Protocol
 
 import prometheus_client
 
-from ironlb import addresses, backoff, configuration_state, events, model, services
+from ironlb import addresses, backoff, configuration_state, datapath, events, model, services
 from ironlb.problems import Problem
 from ironlb_io import configuration_states, kube, watching
-from speaker import desired, health, snapshot, status
+from speaker import datapath_probing, desired, explaining, health, snapshot, status
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,14 @@ CONFIG_LOADED = prometheus_client.Gauge(
     "1 once the configuration was loaded",
     registry=REGISTRY,
 )
+NOT_ANNOUNCED = prometheus_client.Gauge(
+    "ironlb_speaker_services_not_announced",
+    "Services this node does not announce, by protocol and reason",
+    ["protocol", "reason"],
+    registry=REGISTRY,
+)
+# Withdrawals in one pass beyond this are one Event on the Node, not one per Service.
+SERVICE_EVENTS_PER_PASS = 50
 
 
 class Layer2(Protocol):
@@ -110,6 +118,10 @@ class Membership(Protocol):
 
     def members(self) -> frozenset[str] | None: ...  # None: Node Ready decides
 
+    def metadata(self) -> Mapping[str, bytes]: ...  # what each alive member gossips
+
+    def set_metadata(self, data: bytes) -> None: ...
+
     async def leave(self) -> None: ...
 
 
@@ -122,6 +134,7 @@ class Options:
     metrics_port: int = 7473
     ignore_exclude_lb: bool = False
     log_level: str = "info"
+    drain_on_cordon: bool = False  # a cordoned node hands its addresses over
 
 
 @dataclass
@@ -131,6 +144,7 @@ class Agent:
     layer2: Layer2 | None = None
     bgp: BGP | None = None
     membership: Membership | None = None
+    prober: datapath_probing.Prober | None = None
     store: snapshot.Store = field(default_factory=snapshot.Store)
     dirty: asyncio.Event = field(default_factory=asyncio.Event)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -154,6 +168,12 @@ class Agent:
     _state_problems: list[Problem] | None = None
     _state_dirty: asyncio.Event = field(default_factory=asyncio.Event)
     _state_refresh: bool = False
+    # This node's data-path verdict (our DataPathReady condition), as the latest pass saw it.
+    _datapath: configuration_state.Verdict | None = None
+    _published: bytes | None = None  # the readiness last handed to membership
+    # What /explain answers from (read by the HTTP thread: replaced whole after each pass).
+    _explained: explaining.Seen | None = None
+    _not_announced_labels: set[tuple[str, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.store.status_node = self.options.node_name
@@ -237,6 +257,19 @@ class Agent:
     def alive(self) -> frozenset[str] | None:
         return None if self.membership is None else self.membership.members()
 
+    def readiness(self) -> dict[str, datapath.NodeReadiness]:
+        """Every node's data-path verdict: the others' as they gossip it, ours from our probes
+        (a node that gossips none, an older speaker, counts as ready)."""
+        out: dict[str, datapath.NodeReadiness] = {}
+        if self.membership is not None:
+            for name, data in self.membership.metadata().items():
+                found = datapath.decode(data)
+                if found is not None:
+                    out[name] = found
+        if self.prober is not None:
+            out[self.options.node_name] = self.prober.readiness()
+        return out
+
     async def reconcile_once(self) -> None:
         me = self.options.node_name
         snap, problems = snapshot.build(
@@ -246,6 +279,8 @@ class Agent:
             lb_class=self.options.lb_class,
             ignore_exclude_lb=self.options.ignore_exclude_lb,
             last_good=self.last_good,
+            drain_on_cordon=self.options.drain_on_cordon,
+            readiness=self.readiness(),
         )
         stale = self.last_good is not None and snap.config is self.last_good
         if not stale:
@@ -267,7 +302,17 @@ class Agent:
             reached = await self.bgp.apply(
                 snap.config, snap.nodes.get(me), bgp_plan, self.passwords
             )
-        self._account(l2, reached, snap)
+        self._account(l2, bgp_plan, reached, snap)
+        self._judge_datapath(snap)
+        if self.prober is not None:
+            self.prober.set_targets(self._node_ip(), _local_targets(snap, me))
+        self._explained = explaining.Seen(
+            {s.key: s for s in snap.services},
+            l2 if self.layer2 is not None else None,
+            bgp_plan if self.bgp is not None else None,
+            reached,
+            self._datapath,
+        )
         self._l2_announcers = {
             (service.namespace, service.name): frozenset(
                 owner for ip in service.ips if (owner := l2.owners.get(ip)) is not None
@@ -282,9 +327,69 @@ class Agent:
         }
         self._status_dirty.set()
 
+    def _node_ip(self) -> str | None:
+        found = snapshot.internal_ips(self.store.nodes.get(self.options.node_name))
+        v4 = [a for a in found if ":" not in a]
+        return (v4 or found)[0] if found else None
+
+    def _judge_datapath(self, snap: desired.Snapshot) -> None:
+        """This node's verdict for the DataPathReady condition (and an Event when it flips)."""
+        node = snap.nodes.get(self.options.node_name)
+        verdict: configuration_state.Verdict
+        if node is not None and node.drain is not None:
+            verdict = configuration_state.Verdict("False", node.drain.reason, node.drain.message)
+        elif self.prober is None or self.prober.check == datapath.Check.ENDPOINTS:
+            verdict = configuration_state.Verdict(
+                "True", "EndpointsOnly", "kube-proxy is not checked: EndpointSlices decide"
+            )
+        elif not self.prober.proxy_ready:
+            verdict = configuration_state.Verdict(
+                "False", datapath.Reason.KUBE_PROXY_NOT_READY, self.prober.message
+            )
+        else:
+            verdict = configuration_state.Verdict("True", "Ready", self.prober.message)
+        before = self._datapath
+        self._datapath = verdict
+        if before is None or before.status != verdict.status or before.reason != verdict.reason:
+            self._state_dirty.set()
+            if before is not None:
+                self._post_node_event(
+                    "DataPathReady" if verdict.status == "True" else "DataPathNotReady",
+                    f"{verdict.reason}: {verdict.message}",
+                    warning=verdict.status != "True",
+                )
+
+    def publish_readiness(self) -> None:
+        """Hand our probes' verdict to membership, which gossips it when it changed."""
+        if self.prober is None or self.membership is None:
+            return
+        data = self.prober.readiness().encode()
+        if data != self._published:
+            self._published = data
+            self.membership.set_metadata(data)
+
+    async def watch_datapath(self) -> None:
+        assert self.prober is not None
+        while True:
+            await self.prober.changed.wait()
+            self.prober.changed.clear()
+            self.publish_readiness()
+            self.dirty.set()
+
+    def explain(self, key: str) -> dict[str, Any] | None:
+        """This node's verdict on one Service, for `/explain` (called from the HTTP thread)."""
+        seen = self._explained
+        if seen is None or key not in seen.services:
+            return None
+        return explaining.explained(self.options.node_name, seen, key, self._conflicts())
+
+    def _conflicts(self) -> list[dict[str, Any]]:
+        return []
+
     def _account(
         self,
         l2: desired.L2Plan,
+        bgp_plan: desired.BGPPlan,
         reached: Mapping[str, tuple[model.PeerName, ...]],
         snap: desired.Snapshot,
     ) -> None:
@@ -314,26 +419,87 @@ class Agent:
                     extra={"event": "serviceAnnounced", "service": service, "protocol": protocol},
                 )
                 self._post_later(service, protocol)
-        for service in sorted(set(self.announced) - set(now)):
+        withdrawn = [
+            (service, protocol)
+            for service, before in sorted(self.announced.items())
+            for protocol in sorted(before - now.get(service, set()))
+        ]
+        for service, protocol in withdrawn:
+            plan_reasons = l2.reasons if protocol == "layer2" else bgp_plan.reasons
+            why = str(plan_reasons.get(service, "notAnnounced"))
             log.info(
                 "service withdrawn",
                 extra={
                     "event": "serviceWithdrawn",
                     "service": service,
-                    "reason": l2.reasons.get(service, "notAnnounced"),
+                    "protocol": protocol,
+                    "reason": why,
                 },
             )
+            if len(withdrawn) <= SERVICE_EVENTS_PER_PASS:
+                detail = l2.messages.get(service, "") if protocol == "layer2" else ""
+                self._post_withdrawn(service, protocol, why, detail)
+        if len(withdrawn) > SERVICE_EVENTS_PER_PASS:
+            self._post_node_event(
+                "ServicesWithdrawn",
+                f"{len(withdrawn)} announcements withdrawn from this node in one pass",
+                warning=False,
+            )
         self.announced = {k: frozenset(v) for k, v in now.items()}
+        self._count_not_announced(l2, bgp_plan)
+
+    def _count_not_announced(self, l2: desired.L2Plan, bgp_plan: desired.BGPPlan) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        plans = (("layer2", l2, self.layer2), ("bgp", bgp_plan, self.bgp))
+        for protocol, plan, applier in plans:
+            if applier is None:
+                continue
+            for why in plan.reasons.values():
+                label = (protocol, str(why))
+                counts[label] = counts.get(label, 0) + 1
+        for gone in self._not_announced_labels - set(counts):
+            NOT_ANNOUNCED.remove(*gone)
+        for label, count in counts.items():
+            NOT_ANNOUNCED.labels(*label).set(count)
+        self._not_announced_labels = set(counts)
+
+    def _post_withdrawn(self, service: str, protocol: str, why: str, detail: str) -> None:
+        svc = self.store.services.get(service)
+        if svc is None:
+            return
+        message = (
+            f'not announcing from node "{self.options.node_name}" with protocol "{protocol}": '
+            f"{why}{': ' + detail if detail else ''}"
+        )
+        self._post_soon(_event_body(svc, "nodeWithdrawn", message, self.options.node_name))
+
+    def _post_node_event(self, reason: str, message: str, *, warning: bool) -> None:
+        node = self.store.nodes.get(self.options.node_name)
+        if node is None:
+            return
+        body = events.body(
+            events.involved(node, "v1", "Node"),
+            type="Warning" if warning else "Normal",
+            reason=reason,
+            message=message,
+            component="metallb-speaker",
+            instance=self.options.node_name,
+            now=kube.timestamp(),
+            name_suffix=random_names.token_hex(8),
+        )
+        self._post_soon(body)
+
+    def _post_soon(self, body: dict[str, Any]) -> None:
+        task = asyncio.ensure_future(self._post(body))
+        self._posting.add(task)
+        task.add_done_callback(self._posting.discard)
 
     def _post_later(self, service: str, protocol: str) -> None:
         svc = self.store.services.get(service)
         if svc is None:
             return
         message = f'announcing from node "{self.options.node_name}" with protocol "{protocol}"'
-        body = _event_body(svc, "nodeAssigned", message, self.options.node_name)
-        task = asyncio.ensure_future(self._post(body))
-        self._posting.add(task)
-        task.add_done_callback(self._posting.discard)
+        self._post_soon(_event_body(svc, "nodeAssigned", message, self.options.node_name))
 
     async def _post(self, body: dict[str, Any]) -> None:
         # A few at a time: 10,000 Services announced at once must not be 10,000 requests
@@ -438,7 +604,8 @@ class Agent:
             if self._state_problems is None:
                 continue
             refresh, self._state_refresh = self._state_refresh, False
-            if await self.state.sync(self._state_problems, refresh=refresh):
+            extra = {} if self._datapath is None else {datapath.CONDITION_TYPE: self._datapath}
+            if await self.state.sync(self._state_problems, refresh=refresh, extra=extra):
                 wait.reset()
             else:
                 await asyncio.sleep(wait.next())
@@ -521,6 +688,19 @@ class Agent:
 _EMPTY_L2 = desired.L2Plan((), {}, {})
 
 
+def _local_targets(snap: desired.Snapshot, me: str) -> dict[str, int]:
+    """Local Services the EndpointSlices say this node serves: kube-proxy's
+    healthCheckNodePort must agree before they are announced from here."""
+    return {
+        s.key: s.health_check_node_port
+        for s in snap.services
+        if s.local
+        and s.ips
+        and s.health_check_node_port is not None
+        and me in desired.endpoint_nodes(s)
+    }
+
+
 async def _pause_after(busy_s: float) -> None:
     """As long as the work just done took (within bounds), so that it never takes more than
     about half of the loop."""
@@ -555,6 +735,7 @@ async def run(
     layer2: Layer2 | None = None,
     bgp: BGP | None = None,
     membership: Membership | None = None,
+    prober: datapath_probing.Prober | None = None,
     not_ready: Callable[[], Sequence[str]] = tuple,
 ) -> int:
     credentials = kube.load(options.kubeconfig)
@@ -563,7 +744,7 @@ async def run(
         concurrency=STATUS_CONCURRENCY + EVENT_CONCURRENCY + 2,
         field_manager="ironlb-speaker",
     )
-    agent = Agent(options, client, layer2=layer2, bgp=bgp, membership=membership)
+    agent = Agent(options, client, layer2=layer2, bgp=bgp, membership=membership, prober=prober)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -593,6 +774,9 @@ async def run(
         tasks.append(asyncio.ensure_future(agent.write_configuration_state()))
         if membership is not None:
             tasks.append(asyncio.ensure_future(agent.watch_membership()))
+        if prober is not None:
+            tasks.append(asyncio.ensure_future(prober.run()))
+            tasks.append(asyncio.ensure_future(agent.watch_datapath()))
         tasks.append(asyncio.ensure_future(agent.tick()))
         # Watches hold their connections for minutes: a client of their own, one connection
         # each, so that they never wait behind writes nor writes behind them.

@@ -61,6 +61,7 @@ class Service:
     local: bool = False  # externalTrafficPolicy: Local
     shares: bool = False  # carries an allow-shared-ip annotation
     endpoints: tuple[Endpoint, ...] = ()
+    health_check_node_port: int | None = None  # kube-proxy's answer on local endpoints (Local)
 
     @property
     def key(self) -> str:
@@ -329,9 +330,7 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
             for service, candidacy in holders:
                 if service.key in reasons:
                     continue
-                why = _why_not_candidate(
-                    snapshot, service, me, candidacy.ads, candidacy.not_ready
-                )
+                why = _why_not_candidate(snapshot, service, me, candidacy.ads, candidacy.not_ready)
                 if why is None:
                     why = (
                         Reason.NOT_OWNER,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +76,7 @@ class Membership:
     _authoritative: bool = False
     # Read by the HTTP server's thread: always replaced whole, never changed in place.
     _reasons: tuple[str, ...] = ()
+    _metadata: bytes = b""  # what this member gossips about itself (its data-path readiness)
 
     def __post_init__(self) -> None:
         self._authoritative = not self.settings.seeds
@@ -94,6 +95,16 @@ class Membership:
         if not self._authoritative and len(alive) > 1:
             self._take_over("another member found this one")
         return alive if self._authoritative else None
+
+    def metadata(self) -> Mapping[str, bytes]:
+        """Every alive member's gossiped metadata (empty before membership started)."""
+        return {} if self.member is None else self.member.metadata()
+
+    def set_metadata(self, data: bytes) -> None:
+        """Gossip `data` about this member from now on (kept for a member not started yet)."""
+        self._metadata = data
+        if self.member is not None:
+            self.member.set_metadata(data)
 
     async def leave(self) -> None:
         if self.member is not None:
@@ -172,6 +183,8 @@ class Membership:
                 node = membership.Node(
                     self.settings.name, bind, keyring=keyring, config=self.settings.config
                 )
+                # In the very first Alive: the others never count this node ready too early.
+                node.set_metadata(self._metadata)
                 member = membership_threaded.ThreadedNode(node)
                 await member.start()
             except (OSError, UnicodeError) as e:

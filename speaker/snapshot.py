@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ironlb import annotations as keys
-from ironlb import model, parsing, services, validation
+from ironlb import datapath, model, parsing, services, validation
 from ironlb.problems import Problem
 from speaker import desired, election
 
@@ -76,7 +76,10 @@ def slim(kind: str, obj: Object) -> dict[str, Any]:
         return {
             "kind": kind,
             "metadata": _slim_metadata(obj, annotations=True),
-            "spec": _pick(spec, ("type", "loadBalancerClass", "externalTrafficPolicy")),
+            "spec": _pick(
+                spec,
+                ("type", "loadBalancerClass", "externalTrafficPolicy", "healthCheckNodePort"),
+            ),
             "status": _pick(_map(obj.get("status")), ("loadBalancer",)),
         }
     if kind == "EndpointSlice":
@@ -98,11 +101,30 @@ def slim(kind: str, obj: Object) -> dict[str, Any]:
             conditions = [
                 _pick(c, ("type", "status")) if isinstance(c, Mapping) else c for c in conditions
             ]
+        meta = _slim_metadata(obj, annotations=False)
+        deleting = _map(obj.get("metadata")).get("deletionTimestamp")
+        if deleting:
+            meta["deletionTimestamp"] = deleting
+        spec = _map(obj.get("spec"))
+        taints = spec.get("taints")
+        addresses = _map(obj.get("status")).get("addresses")
         return {
             "kind": kind,
-            "metadata": _slim_metadata(obj, annotations=False),
+            "metadata": meta,
+            # Drain: what makes a node leave (taint keys, cordon), nothing else of the spec.
+            "spec": {
+                "unschedulable": bool(spec.get("unschedulable")),
+                "taints": sorted(_taint_keys(taints)),
+            },
             # Heartbeat times change every few seconds; type and status are what is read.
-            "status": {"conditions": conditions},
+            "status": {
+                "conditions": conditions,
+                "addresses": [
+                    _pick(a, ("type", "address"))
+                    for a in _list(addresses)
+                    if isinstance(a, Mapping)
+                ],
+            },
         }
     meta = {k: v for k, v in _map(obj.get("metadata")).items() if k != "managedFields"}
     return {**obj, "metadata": meta}
@@ -300,6 +322,7 @@ def service_view(service: Object, slices: Iterable[Object]) -> desired.Service |
     if ingress.invalid:
         return None  # MetalLB's invalidIP: withdrawn until every entry parses
     notes = _map(meta.get("annotations"))
+    check_port = spec.get("healthCheckNodePort")
     return desired.Service(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
@@ -308,10 +331,13 @@ def service_view(service: Object, slices: Iterable[Object]) -> desired.Service |
         local=spec.get("externalTrafficPolicy") == "Local",
         shares=keys.has(notes, keys.ALLOW_SHARED_IP),
         endpoints=endpoints(slices),
+        health_check_node_port=(
+            check_port if isinstance(check_port, int) and 0 < check_port < 65536 else None
+        ),
     )
 
 
-def node_view(node: Object) -> desired.Node:
+def node_view(node: Object, drain_on_cordon: bool = False) -> desired.Node:
     conditions = _list(_map(node.get("status")).get("conditions"))
     unavailable = any(
         isinstance(c, Mapping)
@@ -319,8 +345,36 @@ def node_view(node: Object) -> desired.Node:
         and c.get("status") == "True"
         for c in conditions
     )
-    name = str(_map(node.get("metadata")).get("name") or "")
-    return desired.Node(name, _labels(node), unavailable)
+    meta = _map(node.get("metadata"))
+    spec = _map(node.get("spec"))
+    name = str(meta.get("name") or "")
+    drain = datapath.drain(
+        deleting=bool(meta.get("deletionTimestamp")),
+        taints=tuple(_taint_keys(spec.get("taints"))),
+        unschedulable=spec.get("unschedulable") is True,
+        drain_on_cordon=drain_on_cordon,
+    )
+    return desired.Node(name, _labels(node), unavailable, drain)
+
+
+def _taint_keys(taints: Any) -> list[str]:
+    """Taint keys, from a slimmed Node (strings) or an API one (objects)."""
+    return [
+        str(t["key"] if isinstance(t, Mapping) else t)
+        for t in _list(taints)
+        if isinstance(t, str) or (isinstance(t, Mapping) and t.get("key"))
+    ]
+
+
+def internal_ips(node: Object | None) -> list[str]:
+    """The Node's InternalIP addresses, as its status lists them (the kubelet's order)."""
+    if node is None:
+        return []
+    return [
+        str(a.get("address"))
+        for a in _list(_map(node.get("status")).get("addresses"))
+        if isinstance(a, Mapping) and a.get("type") == "InternalIP" and a.get("address")
+    ]
 
 
 def ready_nodes(nodes: Iterable[Object]) -> frozenset[str]:
@@ -385,6 +439,8 @@ def build(
     lb_class: str = "",
     ignore_exclude_lb: bool = False,
     last_good: model.Config | None = None,
+    drain_on_cordon: bool = False,
+    readiness: Mapping[str, datapath.NodeReadiness] | None = None,
 ) -> tuple[desired.Snapshot, list[Problem]]:
     """The whole snapshot; `alive` None means membership is off: Node Ready decides."""
     config, problems = store.parsed_config(namespace, last_good)
@@ -395,7 +451,9 @@ def build(
         view = store.view(key)
         if view is not None:
             views.append(view)
-    nodes = {v.name: v for v in (node_view(n) for n in store.nodes.values()) if v.name}
+    nodes = {
+        v.name: v for v in (node_view(n, drain_on_cordon) for n in store.nodes.values()) if v.name
+    }
     live = ready_nodes(store.nodes.values()) if alive is None else alive
     snap = desired.Snapshot(
         config=config,
@@ -403,5 +461,6 @@ def build(
         nodes=nodes,
         alive=live,
         ignore_exclude_lb=ignore_exclude_lb,
+        readiness=readiness or {},
     )
     return snap, problems

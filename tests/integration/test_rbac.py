@@ -457,6 +457,10 @@ class Alone:
         self.changed = asyncio.Event()
     def members(self):
         return frozenset({self.node})
+    def metadata(self):
+        return {}
+    def set_metadata(self, data):
+        pass
     async def leave(self):
         pass
 

@@ -1,0 +1,146 @@
+"""speaker.datapath_probing against a loopback HTTP server that answers as told (kube-proxy's
+/healthz and healthCheckNodePort answer with a status code; that is all the prober reads)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import prometheus_client
+import pytest
+
+from ironlb import datapath
+from speaker import datapath_probing
+
+
+class Server:
+    """Answers each GET with `status[path]` (500 if absent) and counts requests per path."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, int] = {}
+        self.hits: dict[str, int] = {}
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        line = await reader.readline()
+        path = line.split()[1].decode() if len(line.split()) > 1 else "/"
+        self.hits[path] = self.hits.get(path, 0) + 1
+        code = self.status.get(path, 500)
+        writer.write(f"HTTP/1.1 {code} X\r\nContent-Length: 0\r\n\r\n".encode())
+        await writer.drain()
+        writer.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Server]:
+    s = Server()
+    await s.start()
+    yield s
+    await s.close()
+
+
+def prober(server: Server, **kw: object) -> datapath_probing.Prober:
+    return datapath_probing.Prober(
+        healthz_url=f"http://{{node_ip}}:{server.port}/healthz",
+        interval=0.02,
+        timeout=0.5,
+        registry=prometheus_client.CollectorRegistry(),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def until(condition: Callable[[], bool], rounds: int = 200) -> None:
+    for _ in range(rounds):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met")
+
+
+async def test_not_ready_until_kube_proxy_answers_healthy(server: Server) -> None:
+    p = prober(server)
+    assert not p.readiness().proxy_ready  # before any probe: nothing may be announced
+    server.status["/healthz"] = 503
+    task = asyncio.ensure_future(p.run())
+    try:
+        await until(lambda: server.hits.get("/healthz", 0) >= 3)
+        assert not p.readiness().proxy_ready and "HTTP 503" in p.message
+        server.status["/healthz"] = 200
+        await until(lambda: p.readiness().proxy_ready)
+        assert p.changed.is_set()
+    finally:
+        task.cancel()
+
+
+async def test_one_failure_is_not_enough_two_are(server: Server) -> None:
+    p = prober(server, fail_after=2)
+    server.status["/healthz"] = 200
+    await p._probe_proxy()
+    assert p.proxy_ready
+    server.status["/healthz"] = 503
+    await p._probe_proxy()
+    assert p.proxy_ready  # one slow or failed answer moves nothing
+    await p._probe_proxy()
+    assert not p.proxy_ready
+
+
+async def test_refused_connection_is_not_ready(server: Server) -> None:
+    p = datapath_probing.Prober(
+        healthz_url="http://127.0.0.1:1/healthz",
+        fail_after=1,
+        registry=prometheus_client.CollectorRegistry(),
+    )
+    await p._probe_proxy()
+    assert not p.proxy_ready and "127.0.0.1:1" in p.message
+
+
+async def test_local_services_are_lagging_until_their_port_says_an_endpoint(server: Server) -> None:
+    # Both Services on the same port here; the paths tell kube-proxy's two answers apart.
+    p = prober(server)
+    p.set_targets("127.0.0.1", {"ns/a": server.port})
+    assert p.readiness().unready_local == {"ns/a"}  # not probed yet: not announced
+    server.status["/"] = 503
+    await p._probe_services(0.0)
+    assert p.readiness().unready_local == {"ns/a"}
+    server.status["/"] = 200
+    await p._probe_services(1.0)
+    assert p.readiness().unready_local == frozenset()
+    p.set_targets("127.0.0.1", {})
+    assert p.readiness().unready_local == frozenset()
+
+
+async def test_probes_per_round_are_bounded_and_new_ones_go_first(server: Server) -> None:
+    p = prober(server, rate=100.0)  # 100/s x 0.02 s = 2 per round
+    server.status["/"] = 200
+    p.set_targets("127.0.0.1", {f"ns/s{i}": server.port for i in range(10)})
+    await p._probe_services(0.0)
+    assert server.hits.get("/", 0) == 2
+    assert len(p.readiness().unready_local) == 8
+    for round_ in range(4):
+        await p._probe_services(float(round_ + 1))
+    assert server.hits["/"] == 10
+    assert p.readiness().unready_local == frozenset()  # every one probed once before any twice
+
+
+def test_endpoints_mode_is_always_ready() -> None:
+    p = datapath_probing.Prober(
+        check=datapath.Check.ENDPOINTS, registry=prometheus_client.CollectorRegistry()
+    )
+    p.set_targets("10.0.0.1", {"ns/a": 31000})
+    assert p.readiness() == datapath.NodeReadiness(True)
+
+
+def test_url_for_brackets_ipv6() -> None:
+    t = datapath_probing.DEFAULT_HEALTHZ_URL
+    assert datapath_probing.url_for(t, "fd00::1") == "http://[fd00::1]:10256/healthz"
+    assert datapath_probing.url_for(t, None) == "http://127.0.0.1:10256/healthz"
