@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client import registry as prom_registry
 
 from ironlb_cli import __main__ as cli
 from ironlb_cli import explain_view as ev
 from ironlb_cli import render, schema
 from ironlb_cli import status_view as sv
+from speaker import health
 from tests.unit.test_status_view import MS, bgpstatus, l2ad, l2status, node, pool, svc
 
 KEY = "app/web"
@@ -455,3 +459,58 @@ def test_explain_takes_one_namespace_and_name() -> None:
     for bad in ("web", "app/", "/web", "a/b/c"):
         with pytest.raises(SystemExit):
             cli.parse_args(["status", "--explain", bad])
+
+
+# --- the fetch shell against a real speaker HTTP port -------------------------------------------
+
+
+def test_asking_a_speaker_over_http_reads_its_verdict_or_says_why_not() -> None:
+    verdicts = {KEY: answer("node1", verdict("layer2", True))}
+    registry = prom_registry.CollectorRegistry()
+    speaker = health.Server(0, registry, list, "127.0.0.1", verdicts.get)
+    older = health.Server(0, registry, list, "127.0.0.1")  # serves no verdicts
+    try:
+        metrics = f"http://127.0.0.1:{speaker.port}/metrics"
+        found = cli.ask("node1", metrics, KEY, 5.0)
+        assert (found.status, found.error) == (200, None)
+        assert found.url == f"http://127.0.0.1:{speaker.port}/explain?service=app%2Fweb"
+        assert found.document == verdicts[KEY]
+
+        unknown = cli.ask("node1", metrics, "app/other", 5.0)
+        assert (unknown.status, unknown.error) == (404, "HTTP 404: unknown Service app/other")
+
+        none = cli.ask("node1", f"http://127.0.0.1:{older.port}/metrics", KEY, 5.0)
+        assert none.status == 404
+
+        odd = cli.ask("node1", f"http://127.0.0.1:{speaker.port}/stats", KEY, 5.0)
+        assert odd.error is not None and "/metrics URL" in odd.error
+    finally:
+        speaker.close()
+        older.close()
+    refused = cli.ask("node1", metrics, KEY, 5.0)
+    assert refused.status is None and refused.error
+
+
+def test_a_speaker_older_than_explain_answers_metrics_which_is_no_verdict() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _MetricsOnly)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        found = cli.ask(None, f"http://127.0.0.1:{server.server_port}/metrics", KEY, 5.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert found.status == 200 and found.document is None
+    assert found.error is not None and "does this speaker serve /explain?" in found.error
+
+
+class _MetricsOnly(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"metallb_k8s_client_config_stale_bool 0\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
