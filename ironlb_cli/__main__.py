@@ -2,7 +2,9 @@
 
 The shell only fetches: the API objects through the controller's client (same credentials rules:
 `--kubeconfig`, `$KUBECONFIG`, in-cluster, `~/.kube/config`) and, when asked, the speakers'
-/metrics; everything shown is computed by `ironlb_cli.status_view`. It only ever reads.
+/metrics, or with `--explain NAMESPACE/NAME` their /explain (the same URLs, `/metrics` ->
+`/explain?service=...`) and the ConfigurationStates; everything shown is computed by
+`ironlb_cli.status_view` and `ironlb_cli.explain_view`. It only ever reads.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ironlb import model
-from ironlb_cli import render, status_view
+from ironlb_cli import explain_view, render, status_view
 from ironlb_io import kube
 
 EVENT_SELECTOR = "involvedObject.kind=Service,type=Warning"
 MAX_METRICS_BYTES = 8 * 1024 * 1024
+MAX_EXPLAIN_BYTES = 1024 * 1024
 
 
 class FetchError(Exception):
@@ -57,7 +60,43 @@ def scrape(node: str | None, url: str, timeout: float) -> status_view.Scrape:
     return status_view.Scrape(url, node, text=body.decode("utf-8", errors="replace"))
 
 
-async def fetch(credentials: kube.Credentials, namespace: str, lb_class: str) -> status_view.Inputs:
+def ask(node: str | None, metrics_url: str, service: str, timeout: float) -> explain_view.Probe:
+    """One speaker's /explain for `service`, found from its /metrics URL."""
+    url = explain_view.explain_url(metrics_url, service)
+    if url is None:
+        error = "cannot tell the /explain URL: give the speaker's /metrics URL"
+        return explain_view.Probe(metrics_url, node, error=error)
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            body: bytes = response.read(MAX_EXPLAIN_BYTES)
+    except urllib.error.HTTPError as e:
+        return explain_view.Probe(url, node, status=e.code, error=_http_error(e))
+    except (OSError, ValueError) as e:
+        reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        return explain_view.Probe(url, node, error=str(reason))
+    try:
+        document = json.loads(body)
+    except ValueError:
+        # A speaker older than /explain answers any path with its metrics.
+        error = "the answer is not JSON: does this speaker serve /explain?"
+        return explain_view.Probe(url, node, status=200, error=error)
+    return explain_view.Probe(url, node, document=document, status=200)
+
+
+def _http_error(e: urllib.error.HTTPError) -> str:
+    """`HTTP 404: unknown Service app/web`: the status and the speaker's JSON `error`."""
+    try:
+        said = json.loads(e.read(MAX_EXPLAIN_BYTES)).get("error")
+    except (OSError, ValueError, AttributeError):
+        said = None
+    return f"HTTP {e.code}: {said if isinstance(said, str) and said else e.reason}"
+
+
+async def fetch(
+    credentials: kube.Credentials, namespace: str, lb_class: str, states: bool = False
+) -> tuple[status_view.Inputs, list[Any] | None]:
+    """The API objects `status` shows, and the ConfigurationStates when `states` (None: not
+    readable)."""
     async with kube.Client(credentials, field_manager="ironlb-cli") as client:
 
         async def items(path: str, params: dict[str, str] | None = None) -> list[Any]:
@@ -87,7 +126,13 @@ async def fetch(credentials: kube.Credentials, namespace: str, lb_class: str) ->
             events = await items(kube.core_path("events"), {"fieldSelector": EVENT_SELECTOR})
         except kube.ApiError:
             events = []  # no right to read Events: pending Services just say less
-    return status_view.Inputs(
+        configuration_states: list[Any] | None = []
+        if states:
+            try:
+                configuration_states = await items(group(model.CONFIGURATION_STATE))
+            except kube.ApiError:
+                configuration_states = None  # an older CRD set, or no right: the view says so
+    inputs = status_view.Inputs(
         config=dict(zip(kinds, config_lists, strict=True)),
         services=services,
         nodes=nodes,
@@ -96,21 +141,47 @@ async def fetch(credentials: kube.Credentials, namespace: str, lb_class: str) ->
         events=events,
         lb_class=lb_class,
     )
+    return inputs, configuration_states
+
+
+def _credentials(args: argparse.Namespace) -> kube.Credentials:
+    try:
+        return kube.load(args.kubeconfig)
+    except kube.ConfigError as e:
+        raise FetchError(str(e)) from e
 
 
 async def gather(args: argparse.Namespace) -> status_view.Inputs:
-    try:
-        credentials = kube.load(args.kubeconfig)
-    except kube.ConfigError as e:
-        raise FetchError(str(e)) from e
+    credentials = _credentials(args)
     targets = parse_targets(args.speaker_metrics)
-    api, scrapes = await asyncio.gather(
+    fetched, scrapes = await asyncio.gather(
         fetch(credentials, args.namespace, args.lb_class),
         asyncio.gather(
             *(asyncio.to_thread(scrape, node, url, args.timeout) for node, url in targets)
         ),
     )
+    api: status_view.Inputs = fetched[0]
     return dataclasses.replace(api, scrapes=tuple(scrapes))
+
+
+async def gather_explain(args: argparse.Namespace) -> explain_view.Inputs:
+    credentials = _credentials(args)
+    targets = parse_targets(args.speaker_metrics)
+    service: str = args.explain
+    (api, states), probes = await asyncio.gather(
+        fetch(credentials, args.namespace, args.lb_class, states=True),
+        asyncio.gather(
+            *(asyncio.to_thread(ask, node, url, service, args.timeout) for node, url in targets)
+        ),
+    )
+    return explain_view.Inputs(service, api, states, tuple(probes))
+
+
+def service_key(text: str) -> str:
+    """argparse type of --explain: one `namespace/name`."""
+    if not explain_view.valid_key(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE/NAME")
+    return text
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -140,11 +211,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     status.add_argument("--lb-class", default="", help="the loadBalancerClass ironlb handles")
     status.add_argument("--timeout", type=float, default=5.0, help="seconds per metrics scrape")
+    status.add_argument(
+        "--explain",
+        type=service_key,
+        default=None,
+        metavar="NAMESPACE/NAME",
+        help="instead of the overview, why each node announces this Service or not: asks each "
+        "speaker given by --speaker-metrics (its /explain), else reads the API",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.explain is not None:
+        return explain(args)
     try:
         inputs = asyncio.run(gather(args))
     except FetchError as e:
@@ -158,6 +239,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(render.text(view))
+    return 0
+
+
+def explain(args: argparse.Namespace) -> int:
+    try:
+        inputs = asyncio.run(gather_explain(args))
+        view = explain_view.build(inputs)
+    except (FetchError, explain_view.ServiceNotFound) as e:
+        print(f"ironlb: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    if args.output == "json":
+        json.dump(render.explain_json(view), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render.explain_text(view))
     return 0
 
 

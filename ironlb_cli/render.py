@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ironlb_cli import status_view
+from ironlb_cli import explain_view, status_view
 
 BAR_WIDTH = 20
 
@@ -249,6 +249,169 @@ def text(view: status_view.View) -> str:
         lines.append("WHY NOT ANNOUNCED")
         for s in pending:
             lines.append(f"  {s.namespace}/{s.name} ({s.state}): {s.reason}")
+    if view.problems:
+        lines.append("")
+        lines.append("PROBLEMS")
+        lines += [f"  {p}" for p in view.problems]
+    return "\n".join(lines) + "\n"
+
+
+# --- --explain ------------------------------------------------------------------------------------
+
+
+def explain_json(view: explain_view.ExplainView) -> dict[str, Any]:
+    """`status --explain -o json`; its shape is `ironlb_cli.schema.EXPLAIN` (checked in tests)."""
+    s = view.service
+    return {
+        "schemaVersion": explain_view.SCHEMA_VERSION,
+        "service": {
+            "namespace": s.namespace,
+            "name": s.name,
+            "addresses": list(s.addresses),
+            "pool": s.pool,
+            "externalTrafficPolicy": s.traffic_policy,
+            "state": s.state,
+            "reason": s.reason,
+        },
+        "nodes": [
+            {
+                "name": n.name,
+                "isNode": n.is_node,
+                "speaker": n.speaker,
+                "url": n.url,
+                "error": n.error,
+                "source": n.source,
+                "verdicts": [
+                    {
+                        "protocol": v.protocol,
+                        "announcing": v.announcing,
+                        "reason": v.reason,
+                        "message": v.message,
+                        "ips": list(v.ips),
+                        "source": v.source,
+                    }
+                    for v in n.verdicts
+                ],
+                "datapath": {
+                    "ready": n.datapath.ready,
+                    "reason": n.datapath.reason,
+                    "message": n.datapath.message,
+                    "source": n.datapath.source,
+                },
+                "conflicts": [
+                    {
+                        "ip": c.ip,
+                        "mac": c.mac,
+                        "interface": c.interface,
+                        "lastSeenSecondsAgo": c.last_seen_s_ago,
+                    }
+                    for c in n.conflicts
+                ],
+            }
+            for n in view.nodes
+        ],
+        "problems": list(view.problems),
+    }
+
+
+def _why(reason: str | None, message: str) -> str:
+    if reason and message:
+        return f"{reason} ({message})"
+    return reason or message
+
+
+def verdict_cell(
+    node: explain_view.NodeExplain, protocol: str, service_ips: Sequence[str] = ()
+) -> str:
+    """What one node does for one protocol, in a few words."""
+    found = next((v for v in node.verdicts if v.protocol == protocol), None)
+    if found is None:
+        # The speaker listed the protocols that apply; the API only says who announces.
+        return "-" if node.speaker == "answered" else f"unknown ({node.unknown_because})"
+    if found.announcing is None:
+        words = "unknown" + (f" ({found.message})" if found.message else "")
+    elif found.announcing:
+        words = "announcing" + (f" ({found.message})" if found.message else "")
+    else:
+        words = "not announcing: " + (_why(found.reason, found.message) or "no reason given")
+    if found.ips and set(found.ips) != set(service_ips):
+        words += f" [{', '.join(found.ips)}]"
+    if found.source != "speaker":
+        words += f" [{found.source}]"
+    return words
+
+
+def datapath_cell(node: explain_view.NodeExplain) -> str:
+    path = node.datapath
+    if path.ready is None:
+        if path.source == "none":
+            words = f"unknown ({node.unknown_because})"
+        else:
+            words = "unknown" + (f": {_why(path.reason, path.message)}" if path.reason else "")
+    elif path.ready:
+        words = "ready"
+    else:
+        words = "not ready: " + (_why(path.reason, path.message) or "no reason given")
+    if path.source == "ConfigurationState":
+        words += " [ConfigurationState]"
+    return words
+
+
+def explain_text(view: explain_view.ExplainView) -> str:
+    s = view.service
+    lines = [f"SERVICE {s.namespace}/{s.name}"]
+    lines += _table(
+        ["ADDRESSES", "POOL", "POLICY", "STATE"],
+        [[", ".join(s.addresses) or "<pending>", s.pool or "-", s.traffic_policy, s.state]],
+    )
+    if s.reason:
+        lines.append(f"  why: {s.reason}")
+
+    lines.append("")
+    lines.append("NODES")
+    protocols = view.protocols
+    conflicted = any(n.conflicts for n in view.nodes)
+    rows = []
+    for n in view.nodes:
+        cells = [n.name + ("" if n.is_node else " (no such Node)")]
+        if protocols:
+            cells += [verdict_cell(n, p, s.addresses) for p in protocols]
+        else:
+            cells.append("-" if n.speaker == "answered" else f"unknown ({n.unknown_because})")
+        cells.append(datapath_cell(n))
+        cells.append(
+            {"speaker": "speaker", "api": f"API ({n.unknown_because})"}.get(
+                n.source, f"nothing ({n.unknown_because})"
+            )
+        )
+        if conflicted:
+            cells.append(f"CONFLICT x{len(n.conflicts)}" if n.conflicts else "-")
+        rows.append(cells)
+    header = ["NODE", *(p.upper() for p in protocols or ("ANNOUNCING",)), "DATA PATH", "FROM"]
+    if rows:
+        lines += _table(header + (["CONFLICTS"] if conflicted else []), rows)
+    else:
+        lines.append("  (no Node)")
+
+    if conflicted:
+        lines.append("")
+        lines.append("CONFLICTS (another host answers for an address this node announces)")
+        for n in view.nodes:
+            for c in n.conflicts:
+                seen = c.last_seen_s_ago
+                ago = "" if seen is None else f", last seen {seen:g} s ago"
+                lines.append(
+                    f"  CONFLICT {n.name}: {c.ip or '?'} answered by {c.mac or '?'} "
+                    f"on {c.interface or '?'}{ago}"
+                )
+    failed = [n for n in view.nodes if n.error]
+    if failed:
+        lines.append("")
+        lines.append("SPEAKERS WITHOUT A VERDICT")
+        lines += [f"  {n.name}: {n.error} ({n.url})" for n in failed]
+    if not any(n.url for n in view.nodes):
+        lines.append("")
+        lines.append("  (pass --speaker-metrics NODE=URL,... to ask the speakers themselves)")
     if view.problems:
         lines.append("")
         lines.append("PROBLEMS")

@@ -1,4 +1,4 @@
-"""The shape of `ironlb status -o json`, as a JSON Schema, and a checker for it.
+"""The shape of `ironlb status -o json` (and `--explain`'s), as a JSON Schema, and a checker.
 
 Scripts that read the JSON can rely on this document: every key listed is always present (null
 where a value is unknown), nothing else appears, and `schemaVersion` changes if that ever stops
@@ -110,6 +110,65 @@ STATUS: dict[str, Any] = _object(
             error={"type": ["string", "null"]},
         ),
     },
+)
+
+
+_NULLABLE_STR = {"type": ["string", "null"]}
+
+# `ironlb status --explain NAMESPACE/NAME -o json`: the Service and one row per node.
+EXPLAIN: dict[str, Any] = _object(
+    schemaVersion={"type": "integer", "enum": [1]},
+    service=_object(
+        namespace=_STR,
+        name=_STR,
+        addresses=_STRINGS,
+        pool=_NULLABLE_STR,
+        externalTrafficPolicy=_STR,
+        state={"type": "string", "enum": ["pending", "not-announced", "announced"]},
+        reason=_NULLABLE_STR,
+    ),
+    nodes={
+        "type": "array",
+        "items": _object(
+            name=_STR,
+            isNode={"type": "boolean"},
+            speaker={"type": "string", "enum": ["answered", "no-verdict", "error", "not-given"]},
+            url=_NULLABLE_STR,
+            error=_NULLABLE_STR,
+            source={"type": "string", "enum": ["speaker", "api", "none"]},
+            verdicts={
+                "type": "array",
+                "items": _object(
+                    # Open on purpose: a newer speaker may add a protocol or a reason.
+                    protocol=_STR,
+                    announcing={"type": ["boolean", "null"]},
+                    reason=_NULLABLE_STR,
+                    message=_STR,
+                    ips=_STRINGS,
+                    source={
+                        "type": "string",
+                        "enum": ["speaker", "ServiceL2Status", "ServiceBGPStatus"],
+                    },
+                ),
+            },
+            datapath=_object(
+                ready={"type": ["boolean", "null"]},
+                reason=_NULLABLE_STR,
+                message=_STR,
+                source={"type": "string", "enum": ["speaker", "ConfigurationState", "none"]},
+            ),
+            conflicts={
+                "type": "array",
+                "items": _object(
+                    ip=_STR,
+                    mac=_STR,
+                    interface=_STR,
+                    lastSeenSecondsAgo={"type": ["number", "null"], "minimum": 0},
+                ),
+            },
+        ),
+    },
+    problems=_STRINGS,
 )
 
 

@@ -306,11 +306,7 @@ def _match_scrapes(
     scrapes: Sequence[Scrape], nodes: Sequence[Any]
 ) -> tuple[dict[str, Reading], tuple[ScrapeView, ...], list[str]]:
     """Node name -> what its speaker's metrics say; a row per scrape; scrapes that fit no node."""
-    by_address: dict[str, str] = {}
-    for node in nodes:
-        name = _str(_meta(node).get("name"))
-        for entry in _list(_map(_map(node).get("status")).get("addresses")):
-            by_address[_canonical(_str(_map(entry).get("address")))] = name
+    by_address = nodes_by_address(nodes)
     matched: dict[str, Reading] = {}
     rows: list[ScrapeView] = []
     problems: list[str] = []
@@ -322,7 +318,7 @@ def _match_scrapes(
                 metrics = read_metrics(scrape.text or "")
             except ValueError as e:
                 error = str(e)
-        node = scrape.node or by_address.get(_canonical(url_host(scrape.url) or ""))
+        node = scrape.node or node_of_url(scrape.url, by_address)
         if not node and metrics is not None and len(metrics.announcing_nodes) == 1:
             (node,) = metrics.announcing_nodes
         rows.append(ScrapeView(scrape.url, node, error))
@@ -335,6 +331,22 @@ def _match_scrapes(
         else:
             matched[node] = Reading(metrics, error)
     return matched, tuple(rows), problems
+
+
+def nodes_by_address(nodes: Sequence[Any]) -> dict[str, str]:
+    """Each address of a Node (`status.addresses`, one spelling per address) -> the Node's name."""
+    by_address: dict[str, str] = {}
+    for node in nodes:
+        name = _str(_meta(node).get("name"))
+        for entry in _list(_map(_map(node).get("status")).get("addresses")):
+            by_address[_canonical(_str(_map(entry).get("address")))] = name
+    return by_address
+
+
+def node_of_url(url: str, by_address: Mapping[str, str]) -> str | None:
+    """The Node whose address is the URL's host, if any (`nodes_by_address`)."""
+    host = url_host(url)
+    return by_address.get(_canonical(host)) if host else None
 
 
 def _canonical(address: str) -> str:

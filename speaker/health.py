@@ -8,12 +8,20 @@ a speaker for something a restart cannot fix (DNS, the apiserver). `/readyz` ans
 nothing is missing, else 503 with the reasons, one a line (`loading`, `apiserver_unreachable`,
 `apiserver_certificate_invalid`, `apiserver_refused`,
 `seeds_unresolved`, `memberlist_key_missing`, `memberlist_bind_failed`).
+
+`/explain?service=NAMESPACE/NAME` answers what this speaker last decided about one Service on its
+node (`ironlb status --explain` reads it): 200 with the JSON document the `explain` callable
+returns, 404 `{"error": ...}` for a Service the speaker does not know (or when it serves no
+verdicts), 400 for a missing or malformed `service`, 500 when the callable fails. The callable
+runs in this thread: it must only read what the main loop published.
 """
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -22,6 +30,10 @@ from prometheus_client import exposition
 from prometheus_client import registry as prom_registry
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+# Service key "namespace/name" -> this node's verdict document, or None for an unknown Service.
+Explain = Callable[[str], Mapping[str, Any] | None]
+# A namespace is a DNS label (63), a Service name too; anything longer is no Service key.
+MAX_SERVICE_KEY = 63 + 1 + 63
 
 
 class _Quiet(WSGIRequestHandler):
@@ -30,7 +42,9 @@ class _Quiet(WSGIRequestHandler):
 
 
 def app(
-    registry: prom_registry.CollectorRegistry, not_ready: Callable[[], Sequence[str]]
+    registry: prom_registry.CollectorRegistry,
+    not_ready: Callable[[], Sequence[str]],
+    explain: Explain | None = None,
 ) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
     metrics = prometheus_client.make_wsgi_app(registry)
 
@@ -44,18 +58,72 @@ def app(
                 body = "".join(f"{r}\n" for r in reasons)
                 return _text(start_response, "503 Service Unavailable", body)
             return _text(start_response, "200 OK", "ok\n")
+        if path == "/explain":
+            return _explain(environ, start_response, explain)
         result: Iterable[bytes] = metrics(environ, start_response)
         return result
 
     return serve
 
 
-def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
+def service_key(query: str) -> str | None:
+    """The `service` parameter of a query string when it is one `namespace/name`, else None."""
+    values = urllib.parse.parse_qs(query, keep_blank_values=True).get("service", [])
+    if len(values) != 1 or len(values[0]) > MAX_SERVICE_KEY:
+        return None
+    namespace, slash, name = values[0].partition("/")
+    if not slash or not namespace or not name or "/" in name or not values[0].isprintable():
+        return None
+    return values[0]
+
+
+def _explain(
+    environ: dict[str, Any], start_response: StartResponse, explain: Explain | None
+) -> list[bytes]:
+    if environ.get("REQUEST_METHOD", "GET") != "GET":
+        return _json(start_response, "405 Method Not Allowed", {"error": "only GET"})
+    key = service_key(str(environ.get("QUERY_STRING", "")))
+    if key is None:
+        return _json(
+            start_response,
+            "400 Bad Request",
+            {"error": "give one Service as ?service=NAMESPACE/NAME"},
+        )
+    if explain is None:
+        return _json(start_response, "404 Not Found", {"error": "this speaker has no verdicts"})
+    try:
+        found = explain(key)
+        body = None if found is None else json.dumps(dict(found), allow_nan=False)
+    except Exception as e:  # whatever the callable does, the HTTP thread answers
+        return _json(
+            start_response,
+            "500 Internal Server Error",
+            {"error": f"cannot explain {key}: {_describe(e)}"},
+        )
+    if body is None:
+        return _json(start_response, "404 Not Found", {"error": f"unknown Service {key}"})
+    return _send(start_response, "200 OK", "application/json", body)
+
+
+def _describe(error: Exception) -> str:
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception:  # an exception whose message itself fails
+        return type(error).__name__
+
+
+def _json(start_response: StartResponse, status: str, document: Mapping[str, Any]) -> list[bytes]:
+    return _send(start_response, status, "application/json", json.dumps(document))
+
+
+def _send(start_response: StartResponse, status: str, content_type: str, body: str) -> list[bytes]:
     data = body.encode()
-    start_response(
-        status, [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(data)))]
-    )
+    start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(data)))])
     return [data]
+
+
+def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
+    return _send(start_response, status, "text/plain; charset=utf-8", body)
 
 
 class Server:
@@ -65,11 +133,12 @@ class Server:
         registry: prom_registry.CollectorRegistry,
         not_ready: Callable[[], Sequence[str]],
         host: str = "0.0.0.0",
+        explain: Explain | None = None,
     ) -> None:
         self._server = make_server(
             host,
             port,
-            app(registry, not_ready),
+            app(registry, not_ready, explain),
             server_class=exposition.ThreadingWSGIServer,
             handler_class=_Quiet,
         )
