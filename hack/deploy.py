@@ -37,6 +37,7 @@ class Deployment:
     # Run as the Helm chart's ServiceAccounts (its RBAC applied to the lab's cluster), so every
     # test and bench in the lab also proves that least privilege is enough; False = admin.
     as_chart_accounts: bool = True
+    speaker_flags: tuple[str, ...] = ()  # more flags for every speaker (`--drain-on-cordon`)
     controller: subprocess.Popen[Any] | None = None
     speakers: dict[int, subprocess.Popen[Any]] = field(default_factory=dict)
     _logs: list[IO[bytes]] = field(default_factory=list)
@@ -124,7 +125,7 @@ class Deployment:
             "--ml-secret-key-path",
             str(self.key_dir),
         ]
-        return [*argv, "--ml-profile", self.membership_profile]
+        return [*argv, "--ml-profile", self.membership_profile, *self.speaker_flags]
 
     def start_speaker(self, index: int) -> subprocess.Popen[Any]:
         out = self._log(f"speaker-{self.lab.node_names[index - 1]}")

@@ -487,6 +487,8 @@ class Agent:
             now=kube.timestamp(),
             name_suffix=random_names.token_hex(8),
         )
+        # A Node has no namespace: its Events live in `default`, as the kubelet's do.
+        body["metadata"]["namespace"] = "default"
         self._post_soon(body)
 
     def _post_soon(self, body: dict[str, Any]) -> None:
@@ -755,7 +757,9 @@ async def run(
         return [*([] if agent.ready.is_set() else listing), *not_ready()]
 
     server = (
-        health.Server(options.metrics_port, REGISTRY, reasons) if options.metrics_port else None
+        health.Server(options.metrics_port, REGISTRY, reasons, explain=agent.explain)
+        if options.metrics_port
+        else None
     )
     log.info("ironlb speaker starting", extra={"node": options.node_name})
     tasks: list[asyncio.Future[Any]] = []

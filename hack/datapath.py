@@ -1,0 +1,268 @@
+"""Data-path readiness scenarios on the lab's real kube-proxy, shared by the e2e tests and
+`bench/datapath.py`: kill a node's kube-proxy and time the handover (L2, seen by the ToR's ARP
+watcher) or the withdrawal (BGP, seen in the ToR's FIB); start it again and check that the node
+comes back only after kube-proxy answered healthy; drain a node (taint, label, cordon) under
+client load and count the client's failed requests.
+
+Every time here is CLOCK_MONOTONIC of this machine, taken by the witnesses themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from hack import lab as network_lab
+from hack import loadgen, objects, witness
+from ironlb import annotations as keys
+from ironlb import datapath
+from speaker import election
+
+L2_POOL = "datapath-l2"
+BGP_POOL = "datapath-bgp"
+L2_RANGES = ["10.250.0.150-10.250.0.160"]
+BGP_RANGES = ["10.252.0.96/28"]
+FROM_BGP_POOL = {"metallb.io/address-pool": BGP_POOL}
+UNADVERTISED_POOL = "datapath-none"  # a pool no advertisement selects
+FROM_UNADVERTISED_POOL = {"metallb.io/address-pool": UNADVERTISED_POOL}
+HEALTHZ_EVERY_S = 0.05
+MOVE_TIMEOUT_S = 20.0
+LOAD_RATE = 40.0
+TAINT = datapath.TO_BE_DELETED_TAINTS[0]
+
+
+def configuration() -> list[dict[str, Any]]:
+    return [
+        objects.metallb("IPAddressPool", L2_POOL, {"addresses": L2_RANGES}),
+        objects.metallb("L2Advertisement", L2_POOL, {"ipAddressPools": [L2_POOL]}),
+        objects.metallb("IPAddressPool", BGP_POOL, {"addresses": BGP_RANGES, "autoAssign": False}),
+        objects.metallb(
+            "BGPPeer",
+            "datapath-tor",
+            {
+                "myASN": 64512,
+                "peerASN": network_lab.TOR_ASN,
+                "peerAddress": str(network_lab.TOR_LAN_V4),
+                "holdTime": "3s",
+            },
+            version="v1beta2",
+        ),
+        objects.metallb("BGPAdvertisement", BGP_POOL, {"ipAddressPools": [BGP_POOL]}),
+        objects.metallb(
+            "IPAddressPool",
+            UNADVERTISED_POOL,
+            {"addresses": ["10.250.0.161-10.250.0.165"], "autoAssign": False},
+        ),
+    ]
+
+
+def service(lab: network_lab.Lab, namespace: str, name: str, mode: str, nodes: list[int]) -> str:
+    """A Cluster Service with a ready Pod on each of `nodes`; its IPv4 address once announced
+    from every node that should (BGP) or answered by its owner (L2)."""
+    objects.create_service(
+        lab, namespace, name, annotations=FROM_BGP_POOL if mode == "bgp" else None
+    )
+    objects.set_backends(lab, namespace, name, nodes)
+    (vip,) = objects.ingress(lab, namespace, name, 1)
+    if mode == "bgp":
+        every = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1)}
+        objects.wait_until("every nexthop", lambda: witness.fib(lab, vip) == every)
+    else:
+        owner = l2_owner(lab, vip)
+        objects.wait_until(
+            "the owner to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(owner)}
+        )
+    return vip
+
+
+def l2_owner(lab: network_lab.Lab, vip: str, excluding: tuple[int, ...] = ()) -> int:
+    names = [n for i, n in enumerate(lab.node_names, 1) if i not in excluding]
+    return lab.node_names.index(election.owner(vip, names) or "") + 1
+
+
+@dataclass
+class Cycle:
+    """One kube-proxy failure and restart on one node."""
+
+    fail_to_move_s: float  # kube-proxy killed -> the ToR sees the address moved / nexthop gone
+    back_after_healthy: bool  # the node came back only after kube-proxy answered healthy
+    unhealthy_to_back_s: float  # last unhealthy answer seen -> the node back
+
+
+def healthz_ok(lab: network_lab.Lab, index: int) -> bool:
+    return lab.kube_proxy_healthz([index])[index] == 200
+
+
+def _restart_kube_proxy(lab: network_lab.Lab, index: int) -> float:
+    """Start kube-proxy again; the time of the last /healthz probe (from the ToR) that was not
+    yet healthy, once one is."""
+    lab.start_kube_proxy(index)
+    last_unhealthy = time.monotonic()
+    deadline = last_unhealthy + network_lab.KUBE_PROXY_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        probed = time.monotonic()
+        if healthz_ok(lab, index):
+            return last_unhealthy
+        last_unhealthy = probed
+        time.sleep(HEALTHZ_EVERY_S)
+    raise AssertionError(f"kube-proxy on node{index} never answered healthy")
+
+
+def l2_cycle(lab: network_lab.Lab, vip: str) -> Cycle:
+    owner = l2_owner(lab, vip)
+    successor = l2_owner(lab, vip, excluding=(owner,))
+    watcher = witness.ArpWatcher(lab, vip, 0.01)
+    try:
+        if watcher.until(lambda macs: macs == [lab.node_mac(owner)], MOVE_TIMEOUT_S) is None:
+            raise AssertionError(f"node{owner} never answered for {vip}")
+        killed = time.monotonic()
+        lab.stop_kube_proxy(owner, signal.SIGKILL)
+        moved = watcher.until(lambda macs: macs == [lab.node_mac(successor)], MOVE_TIMEOUT_S)
+        if moved is None:
+            raise AssertionError(f"{vip} did not move to node{successor} without kube-proxy")
+        last_unhealthy = _restart_kube_proxy(lab, owner)
+        back = watcher.until(lambda macs: macs == [lab.node_mac(owner)], MOVE_TIMEOUT_S)
+        if back is None:
+            raise AssertionError(f"{vip} did not come back to node{owner}")
+        return Cycle(moved[0] - killed, back[0] > last_unhealthy, back[0] - last_unhealthy)
+    finally:
+        watcher.close()
+
+
+def bgp_cycle(lab: network_lab.Lab, vip: str, index: int) -> Cycle:
+    every = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1)}
+    without = every - {str(lab.node_v4(index))}
+    fib = witness.start_fib_watcher(lab, [f"{vip}/32"])
+    try:
+        events = _FibEvents(fib, vip)
+        if events.until(lambda hops: hops == every) is None:
+            raise AssertionError(f"{vip} not routed to every node")
+        killed = time.monotonic()
+        lab.stop_kube_proxy(index, signal.SIGKILL)
+        gone = events.until(lambda hops: hops == without)
+        if gone is None:
+            raise AssertionError(f"node{index} still a nexthop of {vip} without kube-proxy")
+        last_unhealthy = _restart_kube_proxy(lab, index)
+        back = events.until(lambda hops: hops == every)
+        if back is None:
+            raise AssertionError(f"node{index} did not come back as a nexthop of {vip}")
+        return Cycle(gone - killed, back > last_unhealthy, back - last_unhealthy)
+    finally:
+        fib.kill()
+        fib.wait(5)
+
+
+class _FibEvents:
+    """The FIB watcher's view of one prefix: (time, nexthops) as it changes."""
+
+    def __init__(self, process: Any, vip: str) -> None:
+        self.lines = witness.lines_of(process)
+        self.prefix = f"{vip}/32"
+        self.hops: set[str] = set()
+
+    def until(self, wanted: Callable[[set[str]], bool]) -> float | None:
+        deadline = time.monotonic() + MOVE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            while self.lines.queue:
+                event = self.lines.queue.popleft()
+                if event.get("d") != self.prefix:
+                    continue
+                self.hops = set(event.get("v") or ())
+                if wanted(self.hops):
+                    return float(event["t"])
+            if self.lines.ended:
+                return None
+            self.lines.fill(wait_s=0.2)
+        return None
+
+
+# --- node lifecycle -----------------------------------------------------------------------------
+
+DRAINS = ("taint", "exclude-label", "cordon")
+
+
+def _patch_node(lab: network_lab.Lab, index: int, patch: dict[str, Any]) -> None:
+    lab.kubectl("patch", "node", lab.node_names[index - 1], "--type=merge", "-p", json.dumps(patch))
+
+
+def start_drain(lab: network_lab.Lab, index: int, how: str) -> None:
+    if how == "taint":
+        taint = {"key": TAINT, "value": str(int(time.time())), "effect": "NoSchedule"}
+        _patch_node(lab, index, {"spec": {"taints": [taint]}})
+    elif how == "exclude-label":
+        _patch_node(
+            lab, index, {"metadata": {"labels": {keys.EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: ""}}}
+        )
+    elif how == "cordon":
+        _patch_node(lab, index, {"spec": {"unschedulable": True}})
+    else:
+        raise ValueError(how)
+
+
+def end_drain(lab: network_lab.Lab, index: int) -> None:
+    _patch_node(
+        lab,
+        index,
+        {
+            "metadata": {"labels": {keys.EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: None}},
+            "spec": {"taints": None, "unschedulable": None},
+        },
+    )
+
+
+@contextmanager
+def loaded(lab: network_lab.Lab, vips: list[str], duration: float) -> Iterator[loadgen.LoadGen]:
+    with loadgen.LoadGen(
+        lab,
+        [(vip, objects.SERVICE_PORT) for vip in vips],
+        duration=duration,
+        rate=LOAD_RATE,
+        log=lab.directory / "logs" / "loadgen.log",
+    ) as load:
+        yield load
+
+
+@dataclass
+class Drained:
+    how: str
+    mode: str
+    moved_s: float  # drain started -> the address moved / the nexthop gone, as the ToR saw it
+    failed_requests: int
+    requests: int
+
+
+def drain(lab: network_lab.Lab, vip: str, mode: str, how: str, index: int | None = None) -> Drained:
+    """Drain one node under load: the L2 owner, or node `index` for BGP; undone afterwards."""
+    node = l2_owner(lab, vip) if mode == "l2" else (index or 2)
+    every = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1)}
+    successor = l2_owner(lab, vip, excluding=(node,)) if mode == "l2" else 0
+
+    def moved() -> bool:
+        if mode == "l2":
+            return witness.arp_macs(lab, vip, count=1, wait_s=1) == {lab.node_mac(successor)}
+        return witness.fib(lab, vip) == every - {str(lab.node_v4(node))}
+
+    try:
+        with loaded(lab, [vip], duration=30.0) as load:
+            time.sleep(1.0)  # requests flow before the drain starts
+            began = time.monotonic()
+            start_drain(lab, node, how)
+            objects.wait_until(f"{how} on node{node} to move {vip}", moved, MOVE_TIMEOUT_S)
+            took = time.monotonic() - began
+            time.sleep(2.0)  # and after it: connections through the new path
+            report = load.stop()
+    finally:
+        end_drain(lab, node)
+    if mode == "l2":
+        objects.wait_until(
+            f"node{node} to answer again",
+            lambda: witness.arp_macs(lab, vip) == {lab.node_mac(node)},
+        )
+    else:
+        objects.wait_until(f"node{node} back", lambda: witness.fib(lab, vip) == every)
+    return Drained(how, mode, took, int(report["requests_failed"]), int(report["requests_total"]))
