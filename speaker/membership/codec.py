@@ -16,12 +16,32 @@ Layout, big-endian:
     Alive        incarnation:u32 name:string address
     Suspect/Dead incarnation:u32 name:string origin:string
     PushPull     flags:u8 (1 reply, 2 join) count:u16 (state:u8 incarnation:u32 name address)*
+    AliveMeta    meta bytes (the whole body)                      only right after an Alive
+    PushPullMeta (length:u16 meta)* , one per state of the PushPull  only right after a PushPull
+
+Member metadata (`meta`, at most MAX_META bytes) is carried in extension messages of types of
+their own, not in the Alive and PushPull bodies, because of what the previous version's decoder
+does: it drops the whole packet when a body has bytes left over (so an optional trailing field
+would cost a mixed-version group every packet carrying one: pings, acks, gossip), and it drops
+any packet whose version byte is not 1 (so a new version would partition the group during a
+rolling upgrade). It does skip message types it does not know. So an Alive with metadata is two
+messages, the unchanged Alive followed at once by an AliveMeta, and a full state with metadata is
+the unchanged PushPull followed at once by a PushPullMeta; both count in the packet's message
+count (`encode` counts the messages inside what it is given). A previous-version member decodes
+the Alive and the PushPull as before and skips the metadata (it then relays those Alives without
+it: `machine` fills in such a gap at the same incarnation); a packet from it simply has no
+extension messages and decodes with meta = b"". The empty meta is never sent, so packets without
+metadata are byte for byte what the previous version sends. An extension message anywhere else,
+or metadata that does not match its PushPull's state count, is malformed; metadata longer than
+MAX_META is a drop under its own reason, `oversized_meta`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from speaker.membership import messages as m
@@ -29,10 +49,16 @@ from speaker.membership import messages as m
 VERSION = 1
 HEADER_SIZE = 2  # version, count
 MESSAGE_OVERHEAD = 3  # type, length
-PUSH_PULL_OVERHEAD = MESSAGE_OVERHEAD + 3  # flags, count
+# flags and count, and the header of the PushPullMeta message that may follow
+PUSH_PULL_OVERHEAD = MESSAGE_OVERHEAD + 3 + MESSAGE_OVERHEAD
 MAX_MESSAGES = 255
+# The longest member metadata accepted: the speaker's readiness needs at most 400 bytes
+# (ironlb.datapath.MAX_ENCODED); an Alive with this much still fits a 1400-byte datagram twice over
+# the worst-case name, and the transport refuses metadata that would not fit its datagrams.
+MAX_META = 512
 
 _PING, _ACK, _NACK, _INDIRECT, _ALIVE, _SUSPECT, _DEAD, _PUSH_PULL = range(1, 9)
+_ALIVE_META, _PUSH_PULL_META = 9, 10
 _U8 = struct.Struct("!B")
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
@@ -51,6 +77,10 @@ class _Malformed(Exception):
     pass
 
 
+class _OversizedMeta(Exception):
+    pass
+
+
 # --- encoding ----------------------------------------------------------------------------------
 
 
@@ -66,7 +96,18 @@ def _address(address: m.Address) -> bytes:
     return _U8.pack(ip.version) + ip.packed + _U16.pack(address.port)
 
 
+def _meta(meta: bytes) -> bytes:
+    if len(meta) > MAX_META:
+        raise ValueError(f"metadata of {len(meta)} bytes exceeds {MAX_META}")
+    return meta
+
+
+def _frame(kind: int, body: bytes) -> bytes:
+    return _MSG.pack(kind, len(body)) + body
+
+
 def _body(message: m.Message) -> tuple[int, bytes]:
+    """The type and body of a message without its metadata (what the previous version sent)."""
     match message:
         case m.Ping(seq, target):
             return _PING, _U32.pack(seq) + _string(target)
@@ -76,7 +117,7 @@ def _body(message: m.Message) -> tuple[int, bytes]:
             return _NACK, _U32.pack(seq)
         case m.IndirectPing(seq, target, address):
             return _INDIRECT, _U32.pack(seq) + _string(target) + _address(address)
-        case m.Alive(incarnation, name, address):
+        case m.Alive(incarnation, name, address, _):
             return _ALIVE, _U32.pack(incarnation) + _string(name) + _address(address)
         case m.Suspect(incarnation, name, origin):
             return _SUSPECT, _U32.pack(incarnation) + _string(name) + _string(origin)
@@ -91,13 +132,21 @@ def _push_pull_body(reply: bool, join: bool, states: list[bytes]) -> bytes:
     return _U8.pack(flags) + _U16.pack(len(states)) + b"".join(states)
 
 
-def encode_push_pull(reply: bool, join: bool, states: list[bytes]) -> bytes:
-    """A PushPull message from states already encoded with `member_state`."""
-    body = _push_pull_body(reply, join, states)
-    return _MSG.pack(_PUSH_PULL, len(body)) + body
+def _push_pull_meta(states: Sequence[m.MemberState]) -> bytes:
+    """The PushPullMeta message for these states, or nothing when none has metadata."""
+    if not any(s.meta for s in states):
+        return b""
+    return _frame(_PUSH_PULL_META, b"".join(_U16.pack(len(s.meta)) + _meta(s.meta) for s in states))
+
+
+def encode_push_pull(reply: bool, join: bool, states: Sequence[m.MemberState]) -> bytes:
+    """A PushPull message (and its PushPullMeta when some state has metadata)."""
+    body = _push_pull_body(reply, join, [member_state(s) for s in states])
+    return _frame(_PUSH_PULL, body) + _push_pull_meta(states)
 
 
 def member_state(state: m.MemberState) -> bytes:
+    """A state as it is in the PushPull body (its metadata goes in the PushPullMeta)."""
     return (
         _U8.pack(state.state)
         + _U32.pack(state.incarnation)
@@ -106,16 +155,39 @@ def member_state(state: m.MemberState) -> bytes:
     )
 
 
+def state_size(state: m.MemberState) -> int:
+    """The bytes a state adds to `encode_push_pull`, beyond PUSH_PULL_OVERHEAD, at most."""
+    return len(member_state(state)) + _U16.size + len(state.meta)
+
+
 def encode_message(message: m.Message) -> bytes:
+    """One message as it goes on the wire: one frame, or two for an Alive or PushPull with
+    metadata (see the module docstring); `frames` tells how many."""
+    if isinstance(message, m.PushPull):
+        return encode_push_pull(message.reply, message.join, message.states)
     kind, body = _body(message)
-    return _MSG.pack(kind, len(body)) + body
+    out = _frame(kind, body)
+    if isinstance(message, m.Alive) and message.meta:
+        out += _frame(_ALIVE_META, _meta(message.meta))
+    return out
+
+
+def frames(encoded: bytes) -> int:
+    """How many messages (type-length-body frames) `encode_message` output holds."""
+    count, at = 0, 0
+    while at < len(encoded):
+        _, length = _MSG.unpack_from(encoded, at)
+        at += _MSG.size + length
+        count += 1
+    return count
 
 
 def encode(messages: list[bytes]) -> bytes:
     """A packet from already encoded messages (see `encode_message`)."""
-    if not 1 <= len(messages) <= MAX_MESSAGES:
-        raise ValueError(f"a packet holds 1..{MAX_MESSAGES} messages, not {len(messages)}")
-    return _U8.pack(VERSION) + _U8.pack(len(messages)) + b"".join(messages)
+    count = sum(frames(x) for x in messages)
+    if not 1 <= count <= MAX_MESSAGES:
+        raise ValueError(f"a packet holds 1..{MAX_MESSAGES} messages, not {count}")
+    return _U8.pack(VERSION) + _U8.pack(count) + b"".join(messages)
 
 
 # --- decoding ----------------------------------------------------------------------------------
@@ -194,6 +266,26 @@ def _message(kind: int, reader: _Reader) -> m.Message:
     return m.PushPull(bool(flags & _REPLY), bool(flags & _JOIN), states)
 
 
+def _checked_meta(raw: bytes) -> bytes:
+    if len(raw) > MAX_META:
+        raise _OversizedMeta
+    return raw
+
+
+def _with_meta(kind: int, previous: int, message: m.Message | None, body: _Reader) -> m.Message:
+    """The message just decoded (of type `previous`) with the metadata of the extension
+    message that follows it."""
+    if kind == _ALIVE_META and previous == _ALIVE and isinstance(message, m.Alive):
+        return dataclasses.replace(message, meta=_checked_meta(body.take(len(body.data))))
+    if kind == _PUSH_PULL_META and previous == _PUSH_PULL and isinstance(message, m.PushPull):
+        states = tuple(
+            dataclasses.replace(s, meta=_checked_meta(body.take(body.u16())))
+            for s in message.states
+        )
+        return dataclasses.replace(message, states=states)
+    raise _Malformed("metadata without its message")
+
+
 def decode(data: bytes) -> tuple[m.Message, ...] | Drop:
     """The messages of a packet, or why it is unusable. Never raises."""
     try:
@@ -204,16 +296,24 @@ def decode(data: bytes) -> tuple[m.Message, ...] | Drop:
         if count == 0:
             return Drop("malformed")
         out: list[m.Message] = []
+        previous = 0  # the type of the message before, for the extension messages
         for _ in range(count):
             kind, length = _MSG.unpack(reader.take(_MSG.size))
             body = _Reader(reader.take(length))
-            if not _PING <= kind <= _PUSH_PULL:
+            if kind in (_ALIVE_META, _PUSH_PULL_META):
+                out[-1] = _with_meta(kind, previous, out[-1] if out else None, body)
+            elif _PING <= kind <= _PUSH_PULL:
+                out.append(_message(kind, body))
+            else:
+                previous = kind
                 continue  # a newer peer's message type: skip it, keep the rest
-            out.append(_message(kind, body))
             if not body.done():
                 return Drop("malformed")
+            previous = kind
         if not reader.done():
             return Drop("malformed")
         return tuple(out) if out else Drop("malformed")
     except _Malformed:
         return Drop("malformed")
+    except _OversizedMeta:
+        return Drop("oversized_meta")

@@ -18,6 +18,7 @@ from speaker.membership import messages as m
 class _Entry:
     message: m.Gossip
     encoded: bytes
+    frames: int  # wire messages in encoded (an Alive with metadata is two)
     transmits: int
     order: int
 
@@ -32,24 +33,29 @@ class Queue:
 
     def put(self, message: m.Gossip) -> None:
         self._order += 1
-        self._entries[message.name] = _Entry(message, codec.encode_message(message), 0, self._order)
+        encoded = codec.encode_message(message)
+        self._entries[message.name] = _Entry(
+            message, encoded, codec.frames(encoded), 0, self._order
+        )
 
     def pending(self) -> list[m.Gossip]:
         return [e.message for e in self._entries.values()]
 
     def take(self, budget: int, limit: int, max_count: int) -> list[bytes]:
-        """Encoded updates fitting in budget bytes; each taken one counts as one transmission."""
+        """Encoded updates fitting in budget bytes and max_count wire messages; each taken one
+        counts as one transmission."""
         if not self._entries or budget <= 0 or max_count <= 0:
             return []
         chosen: list[bytes] = []
         for entry in sorted(self._entries.values(), key=lambda e: (e.transmits, -e.order)):
-            if len(entry.encoded) > budget:
+            if len(entry.encoded) > budget or entry.frames > max_count:
                 continue
             chosen.append(entry.encoded)
             budget -= len(entry.encoded)
+            max_count -= entry.frames
             entry.transmits += 1
             if entry.transmits >= limit:
                 del self._entries[entry.message.name]
-            if len(chosen) >= max_count or budget < codec.MESSAGE_OVERHEAD + 6:
+            if max_count <= 0 or budget < codec.MESSAGE_OVERHEAD + 6:
                 break
         return chosen

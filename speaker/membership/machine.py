@@ -27,10 +27,19 @@ What it implements, and where it departs from memberlist:
   random dead member every `reconnect_interval` so that the halves of a healed partition find each
   other again. Dead states received in a push-pull are treated as suspicion, not death.
 - Leave: a leaving member tells every member directly, and they drop it at once.
+- Metadata (memberlist's node `Meta` and `UpdateNode`): each member publishes a small opaque byte
+  string with its incarnation. `set_meta` bumps our incarnation and gossips a new Alive; every
+  Alive we send (refutations included) and our state in every push-pull carries it. Others take
+  meta from an Alive of a higher incarnation, the usual rule, with one addition for groups in the
+  middle of an upgrade: a member of the previous version relays Alives without their meta, so at
+  the same incarnation a non-empty meta fills in an empty one (one incarnation has one meta), and
+  an Alive about ourselves at our incarnation with an empty meta is not an older life to outbid.
+  A change of a member's meta is a `Change` of kind META.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import random
 from dataclasses import dataclass, field
@@ -51,12 +60,22 @@ class Send:
     packet: bytes  # an encoded packet (codec); the transport seals it
 
 
+class ChangeKind(enum.Enum):
+    STATE = "state"  # joined, suspected, refuted, died, left (or moved)
+    META = "meta"  # only its metadata changed
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
+    """Something about a member changed; it carries the member's current meta (empty once the
+    member is dead or gone)."""
+
     name: str
     state: m.State
     incarnation: int
     address: m.Address
+    meta: bytes = b""
+    kind: ChangeKind = ChangeKind.STATE
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +105,7 @@ class _Member:
     incarnation: int
     state: m.State
     since: float
+    meta: bytes = b""
 
 
 @dataclass(slots=True)
@@ -136,6 +156,8 @@ class Machine:
         address: m.Address,
         rng: random.Random,
         now: float,
+        *,
+        meta: bytes = b"",
     ) -> None:
         self.config = config
         self.name = name
@@ -164,6 +186,9 @@ class Machine:
         self._in_grace = False
         self._sends: list[Send] = []
         self._changes: list[Change] = []
+        self._meta = b""
+        self._check_meta(meta)
+        self._meta = meta
 
     # --- views ---------------------------------------------------------------------------------
 
@@ -178,6 +203,13 @@ class Machine:
         """Every known member's state, ourselves included."""
         out = {n: mem.state for n, mem in self._members.items()}
         out[self.name] = m.State.LEFT if self.left else m.State.ALIVE
+        return out
+
+    def meta(self) -> dict[str, bytes]:
+        """The metadata of the members in `alive()`, ourselves included."""
+        out = {n: mem.meta for n, mem in self._members.items() if mem.state <= m.State.SUSPECT}
+        if not self.left:
+            out[self.name] = self._meta
         return out
 
     def next_deadline(self) -> float:
@@ -207,6 +239,48 @@ class Machine:
         if self._seeds and not self.left:
             self._contact_seeds(now)
         return self._flush()
+
+    def set_meta(self, now: float, meta: bytes) -> Output:
+        """Publish new metadata: a new incarnation, gossiped at once. No-op if unchanged.
+
+        Raises ValueError for metadata longer than codec.MAX_META or too long for our own Alive
+        and full state to fit a datagram (a programming error, not an input from the network).
+        """
+        if meta == self._meta:
+            return self._flush()
+        self._check_meta(meta)
+        self._meta = meta
+        if self.left:
+            return self._flush()
+        self.incarnation = (self.incarnation + 1) & _SEQ_MASK
+        self._queue_put(now, self._alive_message())
+        self._changes.append(
+            Change(self.name, m.State.ALIVE, self.incarnation, self.address, meta, ChangeKind.META)
+        )
+        return self._flush()
+
+    def _check_meta(self, meta: bytes) -> None:
+        if len(meta) > codec.MAX_META:
+            raise ValueError(f"metadata of {len(meta)} bytes exceeds {codec.MAX_META}")
+        state = self._own_state(meta)
+        alive = codec.HEADER_SIZE + len(codec.encode_message(self._alive_message(meta)))
+        states = codec.HEADER_SIZE + codec.PUSH_PULL_OVERHEAD + codec.state_size(state)
+        if max(alive, states) > self._max_packet:
+            raise ValueError(f"metadata of {len(meta)} bytes does not fit a datagram")
+
+    def _alive_message(self, meta: bytes | None = None) -> m.Alive:
+        return m.Alive(
+            self.incarnation, self.name, self.address, self._meta if meta is None else meta
+        )
+
+    def _own_state(self, meta: bytes | None = None) -> m.MemberState:
+        return m.MemberState(
+            self.name,
+            self.address,
+            self.incarnation,
+            m.State.ALIVE,
+            self._meta if meta is None else meta,
+        )
 
     def leave(self, now: float) -> Output:
         """Announce our departure to every member; afterwards the machine is inert."""
@@ -310,7 +384,8 @@ class Machine:
 
     def _merge(self, now: float, state: m.MemberState) -> None:
         if state.state == m.State.ALIVE:
-            self._on_alive(now, m.Alive(state.incarnation, state.name, state.address))
+            alive = m.Alive(state.incarnation, state.name, state.address, state.meta)
+            self._on_alive(now, alive)
         elif state.state == m.State.LEFT:
             self._on_dead(now, m.Dead(state.incarnation, state.name, state.name))
         else:
@@ -320,25 +395,41 @@ class Machine:
     def _on_alive(self, now: float, message: m.Alive) -> None:
         if message.name == self.name:
             newer = message.incarnation > self.incarnation
-            moved = message.incarnation == self.incarnation and message.address != self.address
-            if newer or moved:
+            # Another life of ours at this incarnation: elsewhere, or with other metadata (an
+            # empty meta may be ours relayed by a member that drops it: see the docstring).
+            other = message.address != self.address or message.meta not in (b"", self._meta)
+            if newer or (message.incarnation == self.incarnation and other):
                 # An older life of ours is remembered: outbid it.
                 self._refute(now, message.incarnation, "")
             return
         member = self._members.get(message.name)
         if member is None:
             self._members[message.name] = _Member(
-                message.name, message.address, message.incarnation, m.State.ALIVE, now
+                message.name,
+                message.address,
+                message.incarnation,
+                m.State.ALIVE,
+                now,
+                message.meta,
             )
             self._probe_order.insert(self.rng.randint(0, len(self._probe_order)), message.name)
             self._changed(message.name)
             self._queue_put(now, message)
             return
+        same = message.incarnation == member.incarnation
+        if same and message.meta and not member.meta and member.state <= m.State.SUSPECT:
+            # The meta of this incarnation, which a previous-version relay had dropped.
+            member.meta = message.meta
+            self._queue_put(now, message)
+            self._changed(message.name, ChangeKind.META)
+            return
         if message.incarnation <= member.incarnation:
             return
         previous = member.state
+        new_meta = message.meta != member.meta
         member.incarnation = message.incarnation
         member.address = message.address
+        member.meta = message.meta
         self._queue_put(now, message)
         if previous != m.State.ALIVE:
             member.state = m.State.ALIVE
@@ -346,6 +437,8 @@ class Machine:
             if self._suspicions.pop(message.name, None) is not None:
                 self.stats.suspicions_refuted += 1
             self._changed(message.name)
+        elif new_meta:
+            self._changed(message.name, ChangeKind.META)
 
     def _on_suspect(self, now: float, message: m.Suspect, source: m.Address | None = None) -> None:
         if message.name == self.name:
@@ -408,7 +501,7 @@ class Machine:
             self._refute(now, incarnation, accuser, source)
         elif source is not None:
             # Already refuted, but this sender has not heard: tell it directly.
-            self._send(source, [m.Alive(self.incarnation, self.name, self.address)])
+            self._send(source, [self._alive_message()])
 
     def _refute(
         self, now: float, incarnation: int, accuser: str, source: m.Address | None = None
@@ -416,7 +509,7 @@ class Machine:
         self.incarnation = (max(self.incarnation, incarnation) + 1) & _SEQ_MASK
         self.stats.self_refutations += 1
         self._raise_awareness(1)
-        alive = m.Alive(self.incarnation, self.name, self.address)
+        alive = self._alive_message()
         self._queue_put(now, alive)
         member = self._members.get(accuser)
         direct = {source} if source is not None else set()
@@ -553,7 +646,7 @@ class Machine:
         extra = self._queue.take(
             self._max_packet - used,
             cfg.retransmit_limit(self.config, self._live_count()),
-            codec.MAX_MESSAGES - len(encoded),
+            codec.MAX_MESSAGES - sum(codec.frames(e) for e in encoded),
         )
         self._sends.append(Send(address, codec.encode(encoded + extra)))
 
@@ -583,25 +676,29 @@ class Machine:
             self._sends.append(Send(self._members[target].address, codec.encode(extra)))
         self._next_gossip_at = now + self.config.gossip_interval if self._queue else INF
 
-    def _own_states(self) -> list[bytes]:
-        states = [m.MemberState(self.name, self.address, self.incarnation, m.State.ALIVE)]
-        states.extend(
-            m.MemberState(mem.name, mem.address, mem.incarnation, mem.state)
-            for mem in self._members.values()
-        )
-        return [codec.member_state(s) for s in states]
+    def _own_states(self, room: int) -> list[tuple[m.MemberState, int]]:
+        """Every state we know, with its encoded size; only an alive member's meta is read."""
+        states = [self._own_state()]
+        for mem in self._members.values():
+            meta = mem.meta if mem.state == m.State.ALIVE else b""
+            state = m.MemberState(mem.name, mem.address, mem.incarnation, mem.state, meta)
+            if codec.state_size(state) > room:
+                # Metadata a member with larger datagrams sent: its Alives will tell it.
+                state = m.MemberState(mem.name, mem.address, mem.incarnation, mem.state)
+            states.append(state)
+        return [(s, codec.state_size(s)) for s in states]
 
     def _send_states(self, address: m.Address, *, reply: bool, join: bool = False) -> None:
         """Our full state, in as many datagrams as it takes (merging is order-free)."""
         room = self._max_packet - codec.HEADER_SIZE - codec.PUSH_PULL_OVERHEAD
-        chunks: list[list[bytes]] = [[]]
+        chunks: list[list[m.MemberState]] = [[]]
         size = 0
-        for state in self._own_states():
-            if size + len(state) > room or len(chunks[-1]) == 0xFFFF:
+        for state, length in self._own_states(room):
+            if size + length > room or len(chunks[-1]) == 0xFFFF:
                 chunks.append([])
                 size = 0
             chunks[-1].append(state)
-            size += len(state)
+            size += length
         for i, chunk in enumerate(chunks):
             message = codec.encode_push_pull(reply and i == 0, join, chunk)
             self._sends.append(Send(address, codec.encode([message])))
@@ -622,9 +719,12 @@ class Machine:
         if dead:
             self._send_states(self.rng.choice(dead).address, reply=True)
 
-    def _changed(self, name: str) -> None:
+    def _changed(self, name: str, kind: ChangeKind = ChangeKind.STATE) -> None:
         member = self._members[name]
-        self._changes.append(Change(name, member.state, member.incarnation, member.address))
+        meta = member.meta if member.state <= m.State.SUSPECT else b""
+        self._changes.append(
+            Change(name, member.state, member.incarnation, member.address, meta, kind)
+        )
 
     def _flush(self) -> Output:
         out = Output(tuple(self._sends), tuple(self._changes))

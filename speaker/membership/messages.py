@@ -3,6 +3,10 @@
 A datagram carries one or more of these: a primary message (ping, ack, ...) and, in the space that
 is left, gossiped membership updates (alive / suspect / dead). Names are Kubernetes node names and
 addresses are (host, port) pairs with a literal IP host.
+
+`meta` is a member's own small opaque byte string (the speaker puts its data-path readiness
+there), published with each of its incarnations like memberlist's node `Meta`: an `Alive` carries
+the meta of that incarnation, and a full-state exchange carries every live member's.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class Alive:
     incarnation: int
     name: str
     address: Address
+    meta: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,7 @@ class MemberState:
     address: Address
     incarnation: int
     state: State
+    meta: bytes = b""  # sent for ALIVE states only
 
 
 @dataclass(frozen=True, slots=True)

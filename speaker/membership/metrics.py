@@ -22,6 +22,7 @@ DROP_REASONS = (
     "oversized",
     "truncated",
     "malformed",
+    "oversized_meta",
     "version",
     "auth",
     "unknown_key",

@@ -7,8 +7,12 @@ asyncio runs ready I/O callbacks before due timers in each loop iteration, so a 
 arrived while the process was starved is read before the probe it answers is judged.
 
 For the speaker: `await node.start()`, `node.members()` (alive names, itself included),
-`node.changed` (an asyncio.Event set on every change of that set; clear it after reading),
-an optional `on_change` callback for each change, `node.join(seeds)` to refresh seeds,
+`node.set_metadata(data)` (our own metadata, at most codec.MAX_META bytes, gossiped to every
+member; callable before `start`, and then the first Alive and join carry it),
+`node.metadata()` (name -> metadata of every alive member, itself included),
+`node.changed` (an asyncio.Event set on every change of that set or of a member's metadata;
+clear it after reading), an optional `on_change` callback for each change (`Change.kind` tells
+a change of state from one of metadata only), `node.join(seeds)` to refresh seeds,
 `node.set_keyring(...)` after a Secret update, and `await node.leave()` on SIGTERM.
 """
 
@@ -108,6 +112,8 @@ class Node:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._alive: frozenset[str] = frozenset()
+        self._meta: bytes = b""
+        self._metadata: dict[str, bytes] = {}
         self.machine = machine.Machine(
             config, name, self.advertise, random.Random(self._rng.getrandbits(64)), 0.0
         )
@@ -131,6 +137,7 @@ class Node:
             self.advertise,
             random.Random(self._rng.getrandbits(64)),
             loop.time(),
+            meta=self._meta,
         )
         if self._sealer.keyring.plain:
             log.warning(
@@ -142,6 +149,7 @@ class Node:
             extra={"node": self.name, "address": str(self.advertise)},
         )
         self._alive = self.machine.alive()
+        self._metadata = self.machine.meta()
         self._apply(self.machine.join(loop.time(), self._seeds))
 
     def members(self) -> frozenset[str]:
@@ -149,6 +157,23 @@ class Node:
 
     def states(self) -> dict[str, m.State]:
         return self.machine.states()
+
+    def metadata(self) -> dict[str, bytes]:
+        """Every alive member's metadata (b"" when it has none), ours included."""
+        return self.machine.meta()
+
+    def set_metadata(self, data: bytes) -> None:
+        """Publish our metadata; unchanged data sends nothing. Raises ValueError when it is
+        longer than codec.MAX_META or would not fit a datagram."""
+        data = bytes(data)
+        if self._loop is None:
+            # Not started: checked now, carried by the machine `start` makes.
+            self.machine.set_meta(0.0, data)
+            self._meta = data
+            return
+        output = self.machine.set_meta(self._loop.time(), data)
+        self._meta = data
+        self._apply(output)
 
     def join(self, seeds: Iterable[m.Address]) -> None:
         self._seeds = list(seeds)
@@ -258,6 +283,7 @@ class Node:
                     "state": change.state.name.lower(),
                     "incarnation": change.incarnation,
                     "address": str(change.address),
+                    "change": change.kind.value,
                 },
             )
             if self.on_change is not None:
@@ -266,9 +292,9 @@ class Node:
                 except Exception:
                     log.exception("membership: change callback failed")
         if output.changes:
-            alive = self.machine.alive()
-            if alive != self._alive:
-                self._alive = alive
+            alive, metadata = self.machine.alive(), self.machine.meta()
+            if alive != self._alive or metadata != self._metadata:
+                self._alive, self._metadata = alive, metadata
                 self.changed.set()
         self._arm()
 

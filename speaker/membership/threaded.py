@@ -3,8 +3,10 @@
 Probe timeouts are a few hundred milliseconds; the speaker's main loop can be busy longer than
 that with a pass over 10,000 Services, and a member that answers late is suspected and declared
 dead by the others (measured: flapping under such a pass on one loop). Here the member answers
-from its own thread whatever the main loop does; the agent sees the same three things as
-before: `changed` (an asyncio.Event of the main loop), `members()` and `leave()`.
+from its own thread whatever the main loop does; the agent sees the same things as on a plain
+node: `changed` (an asyncio.Event of the main loop, set on a change of the alive set or of a
+member's metadata), `members()`, `metadata()`, `set_metadata(data)` (before or after `start`;
+it raises ValueError in the caller's thread for metadata too long) and `leave()`.
 """
 
 from __future__ import annotations
@@ -53,6 +55,15 @@ class ThreadedNode:
 
     def members(self) -> frozenset[str]:
         return self._loop_thread().call_blocking(self.node.members)
+
+    def metadata(self) -> dict[str, bytes]:
+        return self._loop_thread().call_blocking(self.node.metadata)
+
+    def set_metadata(self, data: bytes) -> None:
+        if self._thread is None:
+            self.node.set_metadata(data)  # not started: nothing runs on the node yet
+            return
+        self._thread.call_blocking(lambda: self.node.set_metadata(data))
 
     def join(self, seeds: Iterable[messages.Address]) -> None:
         seed_list = list(seeds)
