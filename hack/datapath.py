@@ -69,6 +69,15 @@ def service(lab: network_lab.Lab, namespace: str, name: str, mode: str, nodes: l
     )
     objects.set_backends(lab, namespace, name, nodes)
     (vip,) = objects.ingress(lab, namespace, name, 1)
+    # Every node's kube-proxy forwards the Service (its NodePort answers), whichever node the
+    # load's connections land on: a failure later is the drain's, not a new Service's.
+    spec = objects.get(lab, "service", name, "-n", namespace)["spec"]
+    node_port = int(spec["ports"][0]["nodePort"])
+    targets = [(str(lab.node_v4(i)), node_port) for i in range(1, lab.nodes + 1)]
+    objects.wait_until(
+        "every node to forward the Service",
+        lambda: all(a is not None for a in objects.requests(lab, targets, timeout=1.0)),
+    )
     if mode == "bgp":
         every = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1)}
         objects.wait_until("every nexthop", lambda: witness.fib(lab, vip) == every)
@@ -234,6 +243,7 @@ class Drained:
     moved_s: float  # drain started -> the address moved / the nexthop gone, as the ToR saw it
     failed_requests: int
     requests: int
+    failures: dict[str, Any]  # the load's first failures (kind, time since its start)
 
 
 def drain(lab: network_lab.Lab, vip: str, mode: str, how: str, index: int | None = None) -> Drained:
@@ -265,4 +275,15 @@ def drain(lab: network_lab.Lab, vip: str, mode: str, how: str, index: int | None
         )
     else:
         objects.wait_until(f"node{node} back", lambda: witness.fib(lab, vip) == every)
-    return Drained(how, mode, took, int(report["requests_failed"]), int(report["requests_total"]))
+    return Drained(
+        how,
+        mode,
+        took,
+        int(report["requests_failed"]),
+        int(report["requests_total"]),
+        {
+            "kinds": report["failures"],
+            "first": report["first_failures"][:5],
+            "began_s": began - float(report["started_monotonic"]),
+        },
+    )
