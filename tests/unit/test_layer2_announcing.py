@@ -160,7 +160,7 @@ def test_solicited_node_groups_follow_owned_v6_addresses_per_interface() -> None
     assert group == packets.multicast_mac(packets.solicited_node(other))
     # All-nodes too, where another machine's unsolicited advertisement would go.
     joined = frozenset({group, announcing.ALL_NODES_MAC})
-    assert announcing.ALL_NODES_MAC == packets.mac_bytes("33:33:00:00:00:01")
+    assert packets.mac_bytes("33:33:00:00:00:01") == announcing.ALL_NODES_MAC
     assert eth0.groups == joined and eth1.groups == joined
     core.set_owned({VIP6: ("eth0",)}, now=1.0)
     assert eth0.groups == joined and eth1.groups == frozenset()
