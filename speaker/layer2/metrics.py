@@ -1,4 +1,5 @@
-"""MetalLB's layer-2 counters: requests received, responses and gratuitous packets sent, per IP.
+"""MetalLB's layer-2 counters: requests received, responses and gratuitous packets sent, per IP;
+and ours: malformed frames, and other machines' claims on owned addresses (split brain).
 
 The hot path only bumps integers in `Stats`; a collector turns them into metrics at scrape time,
 so several announcers (tests) can share a process, each on its own registry.
