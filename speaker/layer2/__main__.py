@@ -3,7 +3,10 @@
 `serve` answers for the addresses it is told to own on stdin, one JSON object per line:
     {"owned": {"10.250.0.200": [], "fd00:250::200": ["eth0"]}}   ([] = every interface)
     {"stats": true}
-and answers each line with one JSON line on stdout ({"applied": N} or {"stats": ...}); it prints
+    {"conflicts": true}
+and answers each line with one JSON line on stdout ({"applied": N}, {"stats": ...}, or the
+current split-brain conflicts with every one reported to `on_conflict` so far:
+{"conflicts": {ip: conflict}, "reported": [conflict, ...]}); it prints
 {"ready": ...} once its sockets are open and exits when stdin closes or on SIGTERM. The lab's
 data-plane tests and benchmarks drive node namespaces this way.
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import ipaddress
@@ -23,7 +27,10 @@ import sys
 from typing import Any
 
 from ironlb_io import logs
-from speaker.layer2 import announcing, interfaces, metrics, packets, probing
+from speaker.layer2 import announcing, conflicts, interfaces, metrics, packets, probing
+
+# The runner keeps this many of the conflicts reported to it (a rogue may go on for hours).
+REPORTED_KEPT = 1000
 
 
 def _parse_owned(raw: Any) -> dict[packets.IPAddress, tuple[str, ...]]:
@@ -45,6 +52,10 @@ def _stats(stats: metrics.Stats) -> dict[str, dict[str, int]]:
     }
 
 
+def _conflict(conflict: conflicts.Conflict) -> dict[str, Any]:
+    return {**dataclasses.asdict(conflict), "ip": str(conflict.ip)}
+
+
 def _say(message: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
@@ -57,7 +68,10 @@ async def serve(exclude: list[str], scan_interval: float) -> int:
         loop.add_signal_handler(sig, stop.set)
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    async with announcing.Layer2Announcer(exclude=exclude, scan_interval=scan_interval) as l2:
+    reported: collections.deque[conflicts.Conflict] = collections.deque(maxlen=REPORTED_KEPT)
+    async with announcing.Layer2Announcer(
+        exclude=exclude, scan_interval=scan_interval, on_conflict=reported.append
+    ) as l2:
         _say({"ready": {n: {"arp": p.arp, "ndp": p.ndp} for n, p in l2.ports.items()}})
         stopping = asyncio.ensure_future(stop.wait())
         try:
@@ -77,8 +91,17 @@ async def serve(exclude: list[str], scan_interval: float) -> int:
                         _say({"applied": len(l2.core.owned)})
                     elif request.get("stats"):
                         _say({"stats": _stats(l2.stats)})
+                    elif request.get("conflicts"):
+                        _say(
+                            {
+                                "conflicts": {
+                                    str(ip): _conflict(c) for ip, c in l2.conflicts().items()
+                                },
+                                "reported": [_conflict(c) for c in reported],
+                            }
+                        )
                     else:
-                        _say({"error": "expected owned or stats"})
+                        _say({"error": "expected owned, stats or conflicts"})
                 except ValueError as e:
                     _say({"error": str(e)})
         finally:

@@ -8,6 +8,11 @@ eligible one, hands every readable frame to the announcer and wakes it when grat
 are due. Callers say what the node owns now (`set_owned`); the announcer works out the change:
 addresses gained are announced at once (and repeated), addresses lost are refused from the very
 next request, and nothing is sent on release (as in MetalLB).
+
+The same read path notices split brain: a frame in which another machine claims an owned address
+(`conflicts.detect`) is counted, kept as a current conflict for `conflicts.EXPIRY_S`, logged and
+handed to `on_conflict` when first seen and then every `conflicts.REPORT_INTERVAL_S` while it
+lasts. Only frames that get no answer are looked at, so answering a request costs nothing more.
 """
 
 from __future__ import annotations
@@ -17,10 +22,19 @@ import ipaddress
 import logging
 import re
 import socket
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Protocol
 
-from speaker.layer2 import gratuitous, interfaces, metrics, packets, responding, sockets
+from speaker.layer2 import (
+    conflicts,
+    gratuitous,
+    interfaces,
+    metrics,
+    packets,
+    responding,
+    sockets,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +43,7 @@ SCAN_INTERVAL_S = 10.0
 # answers to requests) running in between: a takeover of 1,000 addresses would otherwise block
 # replies for tens of milliseconds per round.
 GRATUITOUS_BATCH = 64
+ALL_NODES_MAC = packets.multicast_mac(packets.ALL_NODES)
 
 
 class Port(Protocol):
@@ -58,16 +73,31 @@ def normalize(
     return {address: frozenset(names) for address, names in owned.items()}
 
 
+OnConflict = Callable[[conflicts.Conflict], None]
+
+
 class Announcer:
     def __init__(
         self,
         stats: metrics.Stats | None = None,
         schedule: gratuitous.Schedule | None = None,
+        *,
+        on_conflict: OnConflict | None = None,
+        tracker: conflicts.Tracker | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.stats = stats or metrics.Stats()
         self.schedule = schedule or gratuitous.Schedule()
         self.owned: dict[packets.IPAddress, responding.Interfaces] = {}
         self.ports: dict[str, Port] = {}
+        # This node's MACs: the ports' and those of the interfaces that do not announce.
+        self.own_macs: frozenset[bytes] = frozenset()
+        self.conflicts = tracker or conflicts.Tracker()
+        self.on_conflict = on_conflict
+        # Read only when a claim is seen; `clock` paces expiry and reports, `wall_clock` dates.
+        self.clock = clock
+        self._wall_clock = wall_clock
 
     def set_owned(
         self, owned: Mapping[packets.IPAddress, Collection[str]], now: float
@@ -85,22 +115,31 @@ class Announcer:
             self.schedule.gain(address, now)
         if gained or lost:
             self._sync_groups()
+            self._forget(self.conflicts.retain(self.owned), "address released")
         # The first gratuitous round is due now: the caller's next `tick` sends it.
         return gained, lost
 
-    def set_ports(self, ports: Mapping[str, Port]) -> None:
+    def set_ports(self, ports: Mapping[str, Port], other_macs: Collection[bytes] = ()) -> None:
+        """Answer on these ports; `other_macs` are this node's other interfaces' MACs (frames
+        from them claim nothing)."""
         self.ports = dict(ports)
+        self.own_macs = frozenset(port.mac for port in self.ports.values()) | frozenset(other_macs)
         self._sync_groups()
 
     def handle(self, port: Port, frame: bytes) -> responding.Decision:
-        """Answer one received frame if it asks for an owned address on an allowed interface."""
-        decision = responding.decide(packets.parse(frame), port.name, port.mac, self.owned)
-        if (
-            isinstance(decision, responding.Ignore)
-            and decision.reason is responding.Reason.MALFORMED
-        ):
-            self.stats.malformed += 1
-        elif isinstance(decision, responding.Answer):
+        """Answer one received frame if it asks for an owned address on an allowed interface;
+        note it as a conflict if another machine claims an owned address in it."""
+        packet = packets.parse(frame)
+        decision = responding.decide(packet, port.name, port.mac, self.owned)
+        if isinstance(decision, responding.Ignore):
+            if decision.reason is responding.Reason.MALFORMED:
+                self.stats.malformed += 1
+            else:
+                # An answered request is never a claim (its sender IP differs from its target).
+                claim = conflicts.detect(packet, port.name, self.own_macs, self.owned)
+                if claim is not None:
+                    self._claimed(claim)
+        else:
             ip = str(decision.address)
             self.stats.requests_received[ip] += 1
             try:
@@ -110,6 +149,54 @@ class Announcer:
             else:
                 self.stats.responses_sent[ip] += 1
         return decision
+
+    def expire_conflicts(self) -> float | None:
+        """Forget the conflicts no longer seen; returns when (on `clock`) the next one expires."""
+        self._forget(self.conflicts.expire(self.clock()), "no longer seen")
+        return self.conflicts.next_expiry()
+
+    def _claimed(self, claim: conflicts.Claim) -> None:
+        ip = str(claim.ip)
+        self.stats.address_conflicts[ip, claim.interface] += 1
+        known = len(self.conflicts.current)
+        report = self.conflicts.observe(claim, self.clock(), self._wall_clock())
+        if len(self.conflicts.current) != known:
+            self._publish_conflicts()
+        if report is None:
+            return
+        logger.warning(
+            "layer2 address conflict: another machine claims an address this node answers for",
+            extra={
+                "ip": ip,
+                "mac": report.mac,
+                "interface": report.interface,
+                "count": report.count,
+                "since": report.first_seen,
+            },
+        )
+        if self.on_conflict is not None:
+            try:
+                self.on_conflict(report)
+            except Exception:
+                logger.exception("layer2: on_conflict callback failed", extra={"ip": ip})
+
+    def _forget(self, dropped: list[conflicts.Conflict], why: str) -> None:
+        if not dropped:
+            return
+        for conflict in dropped:
+            logger.info(
+                "layer2 address conflict over",
+                extra={
+                    "ip": str(conflict.ip),
+                    "mac": conflict.mac,
+                    "count": conflict.count,
+                    "why": why,
+                },
+            )
+        self._publish_conflicts()
+
+    def _publish_conflicts(self) -> None:
+        self.stats.conflicting = tuple((str(c.ip), c.mac) for c in self.conflicts.current)
 
     def tick(self, now: float, limit: int | None = None) -> float | None:
         """Send the gratuitous rounds due at `now`, for at most `limit` addresses; returns when
@@ -132,12 +219,16 @@ class Announcer:
         return self.schedule.next_due()
 
     def groups_for(self, port: Port) -> frozenset[bytes]:
-        """Solicited-node multicast MACs of the IPv6 addresses owned on `port`."""
-        return frozenset(
+        """Solicited-node multicast MACs of the IPv6 addresses owned on `port`, and all-nodes
+        (where other machines' unsolicited advertisements go) if there is any."""
+        groups = frozenset(
             packets.multicast_mac(packets.solicited_node(address))
             for address, allowed in self.owned.items()
             if isinstance(address, ipaddress.IPv6Address) and responding.allows(allowed, port.name)
         )
+        # The kernel is in all-nodes on every interface with IPv6 (and a port that answers NDP
+        # has a link-local address); joining it too keeps conflicts from depending on that.
+        return groups | {ALL_NODES_MAC} if groups else groups
 
     def _sync_groups(self) -> None:
         for port in self.ports.values():
@@ -159,8 +250,14 @@ class Layer2Announcer:
         stats: metrics.Stats | None = None,
         scan: Callable[[], list[interfaces.InterfaceFacts]] = sockets.scan,
         open_port: OpenPort = sockets.RawPort,
+        on_conflict: OnConflict | None = None,
+        tracker: conflicts.Tracker | None = None,
     ) -> None:
-        self.core = Announcer(stats)
+        """`on_conflict(conflict)` is called on the event loop this announcer runs on, when
+        another machine's claim on an owned address is first seen and every
+        `conflicts.REPORT_INTERVAL_S` while it goes on; it must not block (hand the conflict
+        to another loop with `call_soon_threadsafe`). `tracker` sets the expiry and pacing."""
+        self.core = Announcer(stats, on_conflict=on_conflict, tracker=tracker)
         self._exclude: re.Pattern[str] | None = interfaces.exclusion(exclude)
         self._scan_interval = scan_interval
         self._scan = scan
@@ -169,6 +266,7 @@ class Layer2Announcer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gratuitous_timer: asyncio.TimerHandle | None = None
         self._scan_timer: asyncio.TimerHandle | None = None
+        self._expiry_timer: asyncio.TimerHandle | None = None
 
     @property
     def stats(self) -> metrics.Stats:
@@ -177,6 +275,11 @@ class Layer2Announcer:
     @property
     def ports(self) -> Mapping[str, sockets.RawPort]:
         return self._ports
+
+    def conflicts(self) -> Mapping[packets.IPAddress, conflicts.Conflict]:
+        """Owned addresses another machine claimed within the last `conflicts.EXPIRY_S`
+        seconds, with the foreign MAC seen last. A read-only snapshot: safe from any thread."""
+        return self.core.conflicts.by_address
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -187,10 +290,10 @@ class Layer2Announcer:
         self._scan_timer = self._loop.call_later(self._scan_interval, self._periodic_scan)
 
     async def close(self) -> None:
-        for timer in (self._gratuitous_timer, self._scan_timer):
+        for timer in (self._gratuitous_timer, self._scan_timer, self._expiry_timer):
             if timer is not None:
                 timer.cancel()
-        self._gratuitous_timer = self._scan_timer = None
+        self._gratuitous_timer = self._scan_timer = self._expiry_timer = None
         for name in list(self._ports):
             self._close_port(name)
         self.core.set_ports({})
@@ -223,7 +326,9 @@ class Layer2Announcer:
         """Open ports on interfaces that became eligible, close those that stopped being."""
         loop = self._running_loop()
         wanted: dict[str, tuple[interfaces.InterfaceFacts, interfaces.Eligibility]] = {}
+        macs: set[bytes] = set()
         for facts in self._scan():
+            macs.add(facts.mac)
             eligible = interfaces.eligibility(facts, self._exclude)
             if eligible.any:
                 wanted[facts.name] = (facts, eligible)
@@ -247,7 +352,7 @@ class Layer2Announcer:
                 name,
                 "+".join(p for p, on in (("arp", port.arp), ("ndp", port.ndp)) if on),
             )
-        self.core.set_ports(self._ports)
+        self.core.set_ports(self._ports, macs)
 
     def _close_port(self, name: str) -> None:
         port = self._ports.pop(name)
@@ -260,6 +365,18 @@ class Layer2Announcer:
     def _readable(self, port: sockets.RawPort, sock: socket.socket) -> None:
         for frame in sockets.read_frames(sock):
             self.core.handle(port, frame)
+        if self._expiry_timer is None and self.core.conflicts.current:
+            self._arm_expiry(self.core.conflicts.next_expiry())
+
+    def _arm_expiry(self, due: float | None) -> None:
+        """Wake at `due` (on the core's monotonic clock) to drop conflicts no longer seen."""
+        self._expiry_timer = None
+        if due is not None:
+            delay = max(0.0, due - self.core.clock())
+            self._expiry_timer = self._running_loop().call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        self._arm_expiry(self.core.expire_conflicts())
 
     def _periodic_scan(self) -> None:
         loop = self._running_loop()

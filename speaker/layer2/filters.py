@@ -27,17 +27,26 @@ _ICMPV6_TYPE = 14 + 40
 _ARP_OPERATION = 14 + 6
 
 
-def match(ethertype: int, *fields: tuple[int, int, int]) -> list[Instruction]:
-    """Accept frames of `ethertype` whose (size 1 or 2, offset, value) fields all match."""
-    checks = [(2, 12, ethertype), *fields]
-    program: list[Instruction] = []
-    for i, (size, offset, value) in enumerate(checks):
+def match(ethertype: int, *fields: tuple[int, int, int | tuple[int, ...]]) -> list[Instruction]:
+    """Accept frames of `ethertype` whose (size 1 or 2, offset, value) fields all match; a field
+    whose value is a tuple matches any of its values (tcpdump's `(f = a or f = b)`)."""
+    checks: list[tuple[int, int, tuple[int, ...]]] = [(2, 12, (ethertype,))]
+    for size, offset, value in fields:
         if size not in (1, 2):
             raise ValueError(f"field size must be 1 or 2 bytes, not {size}")
-        later = len(checks) - i - 1
+        checks.append((size, offset, value if isinstance(value, tuple) else (value,)))
+    # Every field is one load and a compare per value; then accept, then reject.
+    reject = sum(1 + len(values) for _, _, values in checks) + 1
+    program: list[Instruction] = []
+    for size, offset, values in checks:
         program.append((LDH_ABS if size == 2 else LDB_ABS, 0, 0, offset))
-        # On a mismatch skip the later checks (two instructions each) and the accept.
-        program.append((JEQ_K, 0, 2 * later + 1, value))
+        for j, value in enumerate(values):
+            after = len(program) + 1  # jumps count from the next instruction
+            if j < len(values) - 1:
+                # A match skips this field's other compares; a mismatch tries the next value.
+                program.append((JEQ_K, len(values) - 1 - j, 0, value))
+            else:
+                program.append((JEQ_K, 0, reject - after, value))
     program.append((RET_K, 0, 0, ACCEPT))
     program.append((RET_K, 0, 0, 0))
     return program
@@ -54,6 +63,16 @@ NEIGHBOR_ADVERTISEMENTS: Final = match(
     packets.ETH_P_IPV6,
     (1, _IPV6_NEXT_HEADER, packets.ICMPV6),
     (1, _ICMPV6_TYPE, packets.NEIGHBOR_ADVERTISEMENT),
+)
+# What an announcing port reads: the requests it answers, and the replies / advertisements in
+# which another machine may claim an owned address (`conflicts`).
+ARP_REQUESTS_AND_REPLIES: Final = match(
+    packets.ETH_P_ARP, (2, _ARP_OPERATION, (packets.ARP_REQUEST, packets.ARP_REPLY))
+)
+NEIGHBOR_SOLICITATIONS_AND_ADVERTISEMENTS: Final = match(
+    packets.ETH_P_IPV6,
+    (1, _IPV6_NEXT_HEADER, packets.ICMPV6),
+    (1, _ICMPV6_TYPE, (packets.NEIGHBOR_SOLICITATION, packets.NEIGHBOR_ADVERTISEMENT)),
 )
 
 

@@ -1,4 +1,5 @@
-"""MetalLB's layer-2 counters: requests received, responses and gratuitous packets sent, per IP.
+"""MetalLB's layer-2 counters: requests received, responses and gratuitous packets sent, per IP;
+and ours: malformed frames, and other machines' claims on owned addresses (split brain).
 
 The hot path only bumps integers in `Stats`; a collector turns them into metrics at scrape time,
 so several announcers (tests) can share a process, each on its own registry.
@@ -15,13 +16,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import registry as prom_registry
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 REQUESTS_RECEIVED = "metallb_layer2_requests_received"
 RESPONSES_SENT = "metallb_layer2_responses_sent"
 GRATUITOUS_SENT = "metallb_layer2_gratuitous_sent"
-# Ours (MetalLB has none): a typed counter, so it is exposed with `_total`.
+# Ours (MetalLB has none): typed, so the counters are exposed with `_total`.
 MALFORMED_FRAMES = "ironlb_speaker_malformed_layer2_frames"
+ADDRESS_CONFLICTS = "ironlb_speaker_l2_address_conflicts"
+ADDRESS_CONFLICT = "ironlb_speaker_l2_address_conflict"
 
 
 @dataclass
@@ -32,6 +35,11 @@ class Stats:
     # Frames the kernel filter let through that are no ARP packet or neighbour solicitation /
     # advertisement after all: truncated, a bad ICMPv6 checksum, broken options, odd ARP sizes.
     malformed: int = 0
+    # Frames in which another machine claimed an owned address, by (ip, interface).
+    address_conflicts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    # The (ip, foreign mac) conflicts current now; replaced whole, never mutated, so a scrape
+    # from another thread reads one consistent value.
+    conflicting: tuple[tuple[str, str], ...] = ()
 
 
 class Collector(prom_registry.Collector):
@@ -61,3 +69,19 @@ class Collector(prom_registry.Collector):
             "ARP / neighbour discovery frames dropped because they do not parse",
             value=self._stats.malformed,
         )
+        claims = CounterMetricFamily(
+            ADDRESS_CONFLICTS,
+            "Frames in which another machine claimed an address this node answers for",
+            labels=["ip", "interface"],
+        )
+        for (ip, interface), value in sorted(self._stats.address_conflicts.items()):
+            claims.add_metric([ip, interface], float(value))
+        yield claims
+        current = GaugeMetricFamily(
+            ADDRESS_CONFLICT,
+            "1 while another machine (mac) claims an address this node answers for",
+            labels=["ip", "mac"],
+        )
+        for ip, mac in sorted(self._stats.conflicting):
+            current.add_metric([ip, mac], 1.0)
+        yield current

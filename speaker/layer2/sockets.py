@@ -6,6 +6,11 @@ receives to the filter). Each gets its BPF program before it is bound, so nothin
 ever queued. Neighbour solicitations go to solicited-node multicast groups a real NIC filters
 out, so the port joins the groups of the owned IPv6 addresses (PACKET_ADD_MEMBERSHIP).
 
+Besides the requests it answers, a port reads ARP replies and neighbour advertisements, in which
+another machine may claim an owned address (`conflicts`). Promiscuous mode stays off: what the
+interface receives anyway is enough (broadcast, frames to this node, all-nodes multicast, which
+the port also joins), and costs little, since answers to other hosts are not in it.
+
 Interface facts come from ioctls on a socket (they follow the caller's network namespace) and,
 for bridge/bond membership, from /sys/class/net/<if>/master as MetalLB reads it.
 """
@@ -100,10 +105,12 @@ class RawPort:
         self.ndp_socket: socket.socket | None = None
         try:
             if self.arp:
-                self.arp_socket = open_raw(self.name, packets.ETH_P_ARP, filters.ARP_REQUESTS)
+                self.arp_socket = open_raw(
+                    self.name, packets.ETH_P_ARP, filters.ARP_REQUESTS_AND_REPLIES
+                )
             if self.ndp:
                 self.ndp_socket = open_raw(
-                    self.name, packets.ETH_P_IPV6, filters.NEIGHBOR_SOLICITATIONS
+                    self.name, packets.ETH_P_IPV6, filters.NEIGHBOR_SOLICITATIONS_AND_ADVERTISEMENTS
                 )
         except BaseException:
             self.close()

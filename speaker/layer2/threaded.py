@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from speaker import loop_thread
-from speaker.layer2 import announcing, metrics, packets
+from speaker.layer2 import announcing, conflicts, metrics, packets
 
 
 class ThreadedLayer2:
@@ -22,6 +22,11 @@ class ThreadedLayer2:
     @property
     def stats(self) -> metrics.Stats:
         return self.announcer.stats
+
+    def conflicts(self) -> Mapping[packets.IPAddress, conflicts.Conflict]:
+        """The announcer's current conflicts: an immutable snapshot, readable from this thread.
+        Its `on_conflict` callback, though, runs on the layer-2 loop's thread."""
+        return self.announcer.conflicts()
 
     async def start(self) -> None:
         self._thread = loop_thread.LoopThread("layer2")

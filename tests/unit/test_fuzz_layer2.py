@@ -3,7 +3,8 @@
 Frames go through the announcer's own receive path (`Announcer.handle`) on a fake port (a list
 standing in for the raw socket). The contract: a frame either parses or is dropped and counted
 in `ironlb_speaker_malformed_layer2_frames_total`; nothing raises; an answer is only ever sent for
-an owned address, and is itself a well-formed frame. Inputs: random bytes, mutations of frames
+an owned address, and is itself a well-formed frame; a conflict is only ever recorded for an
+owned address and a MAC that is not the port's. Inputs: random bytes, mutations of frames
 built by our own builders, and frames built by scapy with freely drawn fields (an independent
 encoder that also computes the ICMPv6 checksum the parser verifies).
 """
@@ -73,6 +74,10 @@ def handle(frames: list[bytes]) -> None:
             check_reply(decision)
     assert core.stats.malformed == expected_malformed
     assert len(port.sent) == core.stats.responses_sent.total()
+    # A conflict is only ever another machine's claim on an owned address.
+    for conflict in core.conflicts.current:
+        assert conflict.ip in (VIP4, VIP6) and conflict.mac != mac_text(MAC)
+    assert core.stats.address_conflicts.total() >= len(core.conflicts.current)
 
 
 def check_reply(answer: responding.Answer) -> None:
@@ -104,7 +109,7 @@ ipv6s = st.one_of(
 @st.composite
 def own_frames(draw: st.DrawFn) -> bytes:
     """Frames from our builders: requests as a host sends them, and our own replies."""
-    kind = draw(st.sampled_from(("arp", "ns", "na", "garp")))
+    kind = draw(st.sampled_from(("arp", "ns", "na", "garp", "reply")))
     if kind == "arp":
         return packets.arp_request(draw(macs), draw(ipv4s), draw(ipv4s))
     if kind == "ns":
@@ -117,6 +122,11 @@ def own_frames(draw: st.DrawFn) -> bytes:
         )
     if kind == "na":
         return packets.unsolicited_advertisement(draw(macs), draw(ipv6s))
+    if kind == "reply":
+        v4 = ipaddress.IPv4Address
+        asking = packets.parse(packets.arp_request(draw(macs), v4(draw(ipv4s)), v4(draw(ipv4s))))
+        assert isinstance(asking, packets.Arp)
+        return packets.arp_reply(asking, draw(macs))
     return draw(st.sampled_from(packets.gratuitous_arp(draw(macs), draw(ipv4s))))
 
 

@@ -158,9 +158,12 @@ def test_solicited_node_groups_follow_owned_v6_addresses_per_interface() -> None
     core.set_owned({VIP6: ("eth0",), other: (), VIP4: ()}, now=0.0)
     group = packets.multicast_mac(packets.solicited_node(VIP6))
     assert group == packets.multicast_mac(packets.solicited_node(other))
-    assert eth0.groups == frozenset({group}) and eth1.groups == frozenset({group})
+    # All-nodes too, where another machine's unsolicited advertisement would go.
+    joined = frozenset({group, announcing.ALL_NODES_MAC})
+    assert packets.mac_bytes("33:33:00:00:00:01") == announcing.ALL_NODES_MAC
+    assert eth0.groups == joined and eth1.groups == joined
     core.set_owned({VIP6: ("eth0",)}, now=1.0)
-    assert eth0.groups == frozenset({group}) and eth1.groups == frozenset()
+    assert eth0.groups == joined and eth1.groups == frozenset()
     core.set_owned({}, now=2.0)
     assert eth0.groups == frozenset()
 
@@ -196,7 +199,9 @@ def test_new_ports_get_the_current_groups() -> None:
     core.set_owned({VIP6: ()}, now=0.0)
     late = FakePort("eth0", MAC0)
     core.set_ports({"eth0": late})
-    assert late.groups == frozenset({packets.multicast_mac(packets.solicited_node(VIP6))})
+    assert late.groups == frozenset(
+        {packets.multicast_mac(packets.solicited_node(VIP6)), announcing.ALL_NODES_MAC}
+    )
 
 
 def test_metrics_use_metallb_names_and_ip_labels() -> None:

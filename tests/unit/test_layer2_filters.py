@@ -47,6 +47,26 @@ TCPDUMP = {
         (0x06, 0, 0, 0x40000),
         (0x06, 0, 0, 0x00),
     ],
+    "arp and (arp[6:2] = 1 or arp[6:2] = 2)": [
+        (0x28, 0, 0, 0x0C),
+        (0x15, 0, 4, 0x0806),
+        (0x28, 0, 0, 0x14),
+        (0x15, 1, 0, 0x01),
+        (0x15, 0, 1, 0x02),
+        (0x06, 0, 0, 0x40000),
+        (0x06, 0, 0, 0x00),
+    ],
+    "ip6 and ip6[6] == 58 and (ip6[40] == 135 or ip6[40] == 136)": [
+        (0x28, 0, 0, 0x0C),
+        (0x15, 0, 6, 0x86DD),
+        (0x30, 0, 0, 0x14),
+        (0x15, 0, 4, 0x3A),
+        (0x30, 0, 0, 0x36),
+        (0x15, 1, 0, 0x87),
+        (0x15, 0, 1, 0x88),
+        (0x06, 0, 0, 0x40000),
+        (0x06, 0, 0, 0x00),
+    ],
 }
 
 MAC = packets.mac_bytes("02:00:0a:fa:00:01")
@@ -82,6 +102,11 @@ def run(program: Sequence[filters.Instruction], frame: bytes) -> int:
         (filters.ARP_REPLIES, "arp and arp[6:2] = 2"),
         (filters.NEIGHBOR_SOLICITATIONS, "ip6 and ip6[6] == 58 and ip6[40] == 135"),
         (filters.NEIGHBOR_ADVERTISEMENTS, "ip6 and ip6[6] == 58 and ip6[40] == 136"),
+        (filters.ARP_REQUESTS_AND_REPLIES, "arp and (arp[6:2] = 1 or arp[6:2] = 2)"),
+        (
+            filters.NEIGHBOR_SOLICITATIONS_AND_ADVERTISEMENTS,
+            "ip6 and ip6[6] == 58 and (ip6[40] == 135 or ip6[40] == 136)",
+        ),
     ],
 )
 def test_programs_equal_tcpdump_bytecode(
@@ -96,16 +121,26 @@ def test_match_rejects_wide_fields() -> None:
         filters.match(0x0800, (4, 20, 1))
 
 
+SOLICITATION = packets.neighbor_solicitation(eth_src=MAC, source=LL, target=VIP6, source_mac=MAC)
 FRAMES = {
     "arp request": packets.arp_request(MAC, ipaddress.IPv4Address("10.250.0.1"), VIP4),
     "arp reply": packets.gratuitous_arp(MAC, VIP4)[1],
     "gratuitous arp request": packets.gratuitous_arp(MAC, VIP4)[0],
-    "solicitation": packets.neighbor_solicitation(
-        eth_src=MAC, source=LL, target=VIP6, source_mac=MAC
-    ),
+    "solicitation": SOLICITATION,
     "advertisement": packets.unsolicited_advertisement(MAC, VIP6),
     "ipv4": MAC + MAC + b"\x08\x00" + b"\x45" + b"\x00" * 50,
     "short": MAC + MAC + b"\x86\xdd" + b"\x60",
+    # Neither answered nor a claim: an InARP request, and an ICMPv6 router advertisement.
+    "inverse arp": packets.arp(
+        eth_dst=packets.BROADCAST,
+        eth_src=MAC,
+        operation=8,
+        sender_mac=MAC,
+        sender_ip=VIP4,
+        target_mac=packets.ZERO_MAC,
+        target_ip=VIP4,
+    ),
+    "router advertisement": SOLICITATION[:54] + bytes([134]) + SOLICITATION[55:],
 }
 
 
@@ -116,6 +151,11 @@ FRAMES = {
         (filters.ARP_REPLIES, {"arp reply"}),
         (filters.NEIGHBOR_SOLICITATIONS, {"solicitation"}),
         (filters.NEIGHBOR_ADVERTISEMENTS, {"advertisement"}),
+        (
+            filters.ARP_REQUESTS_AND_REPLIES,
+            {"arp request", "arp reply", "gratuitous arp request"},
+        ),
+        (filters.NEIGHBOR_SOLICITATIONS_AND_ADVERTISEMENTS, {"solicitation", "advertisement"}),
     ],
 )
 def test_programs_keep_exactly_their_frames(
