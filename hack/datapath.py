@@ -9,9 +9,13 @@ Every time here is CLOCK_MONOTONIC of this machine, taken by the witnesses thems
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -287,3 +291,71 @@ def drain(lab: network_lab.Lab, vip: str, mode: str, how: str, index: int | None
             "began_s": began - float(report["started_monotonic"]),
         },
     )
+
+
+# --- split brain --------------------------------------------------------------------------------
+
+DETECT_TIMEOUT_S = 10.0
+
+
+def claim_and_wait(interface: str, address: str, explain_url: str) -> dict[str, Any]:
+    """Run where a rogue sits (the ToR): claim `address` with a gratuitous ARP (iputils arping,
+    the address put on `interface` for the while, as a misconfigured host would have it), then
+    poll the owner's /explain until it reports a conflict. Times from this one process."""
+    subprocess.run(["ip", "addr", "add", f"{address}/32", "dev", interface], check=True)
+    try:
+        began = time.monotonic()
+        subprocess.run(
+            ["arping", "-c", "1", "-U", "-s", address, "-I", interface, address],
+            check=True,
+            capture_output=True,
+        )
+        sent = time.monotonic()
+        while time.monotonic() - began < DETECT_TIMEOUT_S:
+            with urllib.request.urlopen(explain_url, timeout=2) as answer:
+                body = json.load(answer)
+            found = [c for c in body.get("conflicts") or [] if c.get("ip") == address]
+            if found:
+                return {
+                    "detect_s": round(time.monotonic() - began, 4),
+                    "conflicts": found,
+                    "arping_s": round(sent - began, 4),
+                }
+            time.sleep(0.01)
+        return {"detect_s": None, "conflicts": []}
+    finally:
+        subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", interface], check=False)
+        subprocess.run(["ip", "neigh", "flush", "to", address], check=False)
+
+
+def split_brain(
+    lab: network_lab.Lab, namespace: str, service_name: str, vip: str
+) -> dict[str, Any]:
+    """A rogue (the ToR) claims the owner's address: how long until the owner reports it."""
+    owner = l2_owner(lab, vip)
+    url = f"http://{lab.node_v4(owner)}:7473/explain?service={namespace}/{service_name}"
+    result = lab.exec(
+        network_lab.NS_TOR,
+        "env", f"PYTHONPATH={network_lab.ROOT}",
+        sys.executable, "-m", "hack.datapath", "claim", witness.TOR_LAN, vip, url,
+        check=True,
+    )  # fmt: skip
+    found: dict[str, Any] = json.loads(result.stdout)
+    found["owner"] = owner
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hack.datapath")
+    sub = parser.add_subparsers(dest="command", required=True)
+    claim = sub.add_parser("claim", help="claim an address as a rogue, wait for the report")
+    claim.add_argument("interface")
+    claim.add_argument("address")
+    claim.add_argument("explain_url")
+    args = parser.parse_args(argv)
+    print(json.dumps(claim_and_wait(args.interface, args.address, args.explain_url)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

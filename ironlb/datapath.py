@@ -20,6 +20,9 @@ from dataclasses import dataclass
 # The taint the cluster autoscaler puts on a node it is about to delete (and Karpenter's).
 TO_BE_DELETED_TAINTS = ("ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted")
 CONDITION_TYPE = "DataPathReady"  # our condition on the speaker's ConfigurationState
+# Also ours, on the same object: True while another machine claims an address this node answers
+# ARP/NDP for (split brain on the wire).
+CONFLICT_CONDITION_TYPE = "L2AddressConflict"
 
 
 class Reason(enum.StrEnum):

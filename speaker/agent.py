@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import gc
 import logging
 import secrets as random_names
@@ -51,6 +52,7 @@ STATUS_CONCURRENCY = 8
 SETTLE_WAIT_S = 10.0
 EVENT_CONCURRENCY = 4
 TICK_S = 10.0
+CONFLICT_POLL_S = 0.2  # a rogue answer for an owned address is reported within a second
 SECRETS_EVERY_S = 30.0
 # Every watched input reaches a pass through its watch (or a relist): this pass is only a
 # safety net, and at 10,000 Services it costs ~0.5 s, so not every 10 s.
@@ -174,6 +176,11 @@ class Agent:
     # What /explain answers from (read by the HTTP thread: replaced whole after each pass).
     _explained: explaining.Seen | None = None
     _not_announced_labels: set[tuple[str, str]] = field(default_factory=set)
+    # Split brain: (address, foreign MAC) pairs reported, and our condition about them.
+    _conflicts_seen: frozenset[tuple[str, str]] = frozenset()
+    _conflict_condition: configuration_state.Verdict = field(
+        default_factory=lambda: configuration_state.Verdict("False", "NoConflict", "")
+    )
 
     def __post_init__(self) -> None:
         self.store.status_node = self.options.node_name
@@ -282,6 +289,13 @@ class Agent:
             drain_on_cordon=self.options.drain_on_cordon,
             readiness=self.readiness(),
         )
+        if self.prober is not None:
+            # The Local Services this pass would announce from here are probed from now on; one
+            # not yet confirmed by kube-proxy is not announced in this very pass either.
+            self.prober.set_targets(self._node_ip(), _local_targets(snap, me))
+            snap = dataclasses.replace(
+                snap, readiness={**snap.readiness, me: self.prober.readiness()}
+            )
         stale = self.last_good is not None and snap.config is self.last_good
         if not stale:
             self.last_good = snap.config
@@ -304,8 +318,6 @@ class Agent:
             )
         self._account(l2, bgp_plan, reached, snap)
         self._judge_datapath(snap)
-        if self.prober is not None:
-            self.prober.set_targets(self._node_ip(), _local_targets(snap, me))
         self._explained = explaining.Seen(
             {s.key: s for s in snap.services},
             l2 if self.layer2 is not None else None,
@@ -328,7 +340,7 @@ class Agent:
         self._status_dirty.set()
 
     def _node_ip(self) -> str | None:
-        found = snapshot.internal_ips(self.store.nodes.get(self.options.node_name))
+        found = snapshot.internal_ips(self.store.node(self.options.node_name))
         v4 = [a for a in found if ":" not in a]
         return (v4 or found)[0] if found else None
 
@@ -384,7 +396,63 @@ class Agent:
         return explaining.explained(self.options.node_name, seen, key, self._conflicts())
 
     def _conflicts(self) -> list[dict[str, Any]]:
-        return []
+        now = time.time()
+        return [
+            {
+                "ip": str(c.ip),
+                "mac": c.mac,
+                "interface": c.interface,
+                "last_seen_s_ago": round(max(0.0, now - c.last_seen), 3),
+            }
+            for c in self._current_conflicts().values()
+        ]
+
+    def _current_conflicts(self) -> Mapping[addresses.IPAddress, Any]:
+        read = getattr(self.layer2, "conflicts", None)
+        return read() if read is not None else {}
+
+    async def watch_conflicts(self) -> None:
+        """Another machine answering for an address we announce: an Event on each Service
+        holding it and our condition on `speaker-<node>`, as soon as the layer 2 plane saw it
+        (it counts the metric itself)."""
+        while True:
+            await asyncio.sleep(CONFLICT_POLL_S)
+            found = self._current_conflicts()
+            now = frozenset((str(c.ip), c.mac) for c in found.values())
+            if now == self._conflicts_seen:
+                continue
+            for conflict in found.values():
+                if (str(conflict.ip), conflict.mac) not in self._conflicts_seen:
+                    self._report_conflict(conflict)
+            self._conflicts_seen = now
+            if now:
+                text = "; ".join(
+                    f"{c.ip} claimed by {c.mac} on {c.interface}" for c in found.values()
+                )
+                self._conflict_condition = configuration_state.Verdict("True", "ForeignClaim", text)
+            else:
+                self._conflict_condition = configuration_state.Verdict("False", "NoConflict", "")
+            self._state_dirty.set()
+
+    def _report_conflict(self, conflict: Any) -> None:
+        log.warning(
+            "another machine claims an announced address",
+            extra={"event": "addressConflict", "ip": str(conflict.ip), "mac": conflict.mac},
+        )
+        seen = self._explained
+        holders = (
+            [] if seen is None else [s for s in seen.services.values() if conflict.ip in s.ips]
+        )
+        message = (
+            f"{conflict.ip} is also claimed by {conflict.mac} (seen on {conflict.interface} of "
+            f'node "{self.options.node_name}", which announces it): two machines answer for it'
+        )
+        for service in holders[:SERVICE_EVENTS_PER_PASS]:
+            svc = self.store.services.get(service.key)
+            if svc is not None:
+                body = _event_body(svc, "addressConflict", message, self.options.node_name)
+                body["type"] = "Warning"
+                self._post_soon(body)
 
     def _account(
         self,
@@ -474,7 +542,7 @@ class Agent:
         self._post_soon(_event_body(svc, "nodeWithdrawn", message, self.options.node_name))
 
     def _post_node_event(self, reason: str, message: str, *, warning: bool) -> None:
-        node = self.store.nodes.get(self.options.node_name)
+        node = self.store.node(self.options.node_name)
         if node is None:
             return
         body = events.body(
@@ -606,7 +674,11 @@ class Agent:
             if self._state_problems is None:
                 continue
             refresh, self._state_refresh = self._state_refresh, False
-            extra = {} if self._datapath is None else {datapath.CONDITION_TYPE: self._datapath}
+            extra = {}
+            if self.layer2 is not None:
+                extra[datapath.CONFLICT_CONDITION_TYPE] = self._conflict_condition
+            if self._datapath is not None:
+                extra[datapath.CONDITION_TYPE] = self._datapath
             if await self.state.sync(self._state_problems, refresh=refresh, extra=extra):
                 wait.reset()
             else:
@@ -778,6 +850,8 @@ async def run(
         tasks.append(asyncio.ensure_future(agent.write_configuration_state()))
         if membership is not None:
             tasks.append(asyncio.ensure_future(agent.watch_membership()))
+        if layer2 is not None:
+            tasks.append(asyncio.ensure_future(agent.watch_conflicts()))
         if prober is not None:
             tasks.append(asyncio.ensure_future(prober.run()))
             tasks.append(asyncio.ensure_future(agent.watch_datapath()))

@@ -199,13 +199,19 @@ class Prober:
         before = self.readiness()
 
         async def probe(key: str, target: _Target) -> None:
+            url = url_for(f"http://{{node_ip}}:{target.port}/", self.node_ip)
             async with gate:
-                answer = await get(
-                    url_for(f"http://{{node_ip}}:{target.port}/", self.node_ip), self.timeout
-                )
+                answer = await get(url, self.timeout)
             self._probes.labels("healthCheckNodePort", "ok" if answer.ok else "fail").inc()
             current = self._targets.get(key)
             if current is target:
+                if answer.ok != target.ok:
+                    log.info(
+                        "kube-proxy confirms the local endpoint"
+                        if answer.ok
+                        else "kube-proxy does not confirm a local endpoint",
+                        extra={"service": key, "url": url, "detail": answer.describe()},
+                    )
                 target.ok, target.probed_at = answer.ok, now
 
         await asyncio.gather(*(probe(k, t) for k, t in batch))

@@ -28,6 +28,19 @@ class Seen:
 
 
 PEER_DOWN = "noPeerEstablished"
+_BGP_MESSAGES: Mapping[str, str] = {
+    desired.Reason.NOT_OWNER: "no BGPAdvertisement of the pool selects this node",
+    desired.Reason.NO_MATCHING_ADVERTISEMENT: "no BGPAdvertisement selects this Service",
+    desired.Reason.NO_LOCAL_ENDPOINTS: "no ready endpoint on this node",
+    desired.Reason.NO_ENDPOINTS: "no ready or serving endpoint anywhere",
+    desired.Reason.NODE_EXCLUDED: "the Node is labelled exclude-from-external-load-balancers",
+    desired.Reason.CONFLICTING_ADVERTISEMENTS: "advertisements disagree on localPref",
+    desired.Reason.NODE_NETWORK_UNAVAILABLE: "the Node's NetworkUnavailable condition is True",
+    desired.Reason.IP_NOT_ALLOWED: "no pool holds the Service's addresses",
+    desired.Reason.NO_IP_ALLOCATED: "the Service has no address",
+    "kubeProxyNotReady": "kube-proxy is not healthy on this node",
+    "kubeProxyNoLocalEndpoints": "kube-proxy's healthCheckNodePort reports no local endpoint yet",
+}
 
 
 def explained(
@@ -59,7 +72,7 @@ def explained(
             verdicts.append(_verdict("bgp", False, PEER_DOWN, message, ips))
         else:
             why = seen.bgp.reasons.get(key, desired.Reason.NOT_OWNER)
-            verdicts.append(_verdict("bgp", False, str(why), "", ips))
+            verdicts.append(_verdict("bgp", False, str(why), _BGP_MESSAGES.get(why, ""), ips))
     path = seen.datapath
     return {
         "node": node,

@@ -227,6 +227,10 @@ class Store:
         self.config_version += 1
         return True
 
+    def node(self, name: str) -> Object | None:
+        """A Node by name (cluster-scoped: its key has an empty namespace)."""
+        return self.nodes.get(f"/{name}")
+
     def view(self, key: str) -> desired.Service | None:
         """The Service's view with its endpoints, remembered until either changes."""
         if key not in self._views:

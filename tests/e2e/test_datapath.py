@@ -159,3 +159,18 @@ def by_reason(view: dict[str, Any], node: str) -> dict[str, Any]:
     """A node's data-path line in an explain view."""
     found: dict[str, Any] = next(n for n in view["nodes"] if n["name"] == node)["datapath"]
     return found
+
+
+def test_a_rogue_answering_for_an_owned_address_is_reported(
+    lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
+) -> None:
+    vip = datapath.service(lab, app_namespace, "claimed", "l2", [1, 2, 3])
+    found = datapath.split_brain(lab, app_namespace, "claimed", vip)
+    assert found["detect_s"] is not None, found
+    tor_mac = lab.exec(network_lab.NS_TOR, "cat", f"/sys/class/net/{witness.TOR_LAN}/address")
+    (conflict,) = found["conflicts"]
+    assert conflict["mac"] == tor_mac.stdout.strip(), found
+    # ... and `ironlb status --explain` shows it on the owner's row.
+    view = explain(lab, f"{app_namespace}/claimed")
+    owner = next(n for n in view["nodes"] if n["name"] == lab.node_names[found["owner"] - 1])
+    assert [c["mac"] for c in owner["conflicts"]] == [conflict["mac"]], view

@@ -105,6 +105,11 @@ def versions(custom: kubernetes.client.CustomObjectsApi, ns: str) -> dict[str, s
     return {o["metadata"]["name"]: o["metadata"]["resourceVersion"] for o in listed["items"]}
 
 
+def of_type(state: dict[str, Any], kind: str) -> dict[str, Any]:
+    (found,) = [c for c in state["status"]["conditions"] if c["type"] == kind]
+    return found
+
+
 def test_valid_invalid_and_back_written_only_on_change(
     processes: tuple[support.Controller, Speaker],
     custom: kubernetes.client.CustomObjectsApi,
@@ -132,10 +137,14 @@ def test_valid_invalid_and_back_written_only_on_change(
         "metallb.io/component-type": "speaker",
         "metallb.io/node-name": NODE,
     }
-    (condition,) = spk["status"]["conditions"]
-    assert condition["type"] == "configReconcilerValid"
+    condition = of_type(spk, "configReconcilerValid")
     assert (condition["status"], condition["reason"]) == ("True", "Reconciled")
     valid_since = condition["lastTransitionTime"]
+    # Ours beside MetalLB's: no kube-proxy runs here, and the speaker says so without making
+    # the configuration Invalid.
+    path = of_type(spk, "DataPathReady")
+    assert (path["status"], path["reason"]) == ("False", "kubeProxyNotReady"), path
+    assert [c["type"] for c in spk["status"]["conditions"]].count("DataPathReady") == 1
 
     # Nothing changes: nothing is written.
     before = versions(custom, ns)
@@ -146,7 +155,9 @@ def test_valid_invalid_and_back_written_only_on_change(
     pool(custom, ns, "second", support.v4_block(b))
     for name in ("controller", me):
         found = wait_result(custom, ns, name, "Invalid", logs)
-        (condition,) = found["status"]["conditions"]
+        condition = of_type(
+            found, "poolReconcilerValid" if name == "controller" else "configReconcilerValid"
+        )
         assert (condition["status"], condition["reason"]) == ("False", "ConfigurationError")
         summary = found["status"]["errorSummary"]
         assert "IPAddressPool/" in summary and "overlap" in summary, summary
@@ -156,7 +167,7 @@ def test_valid_invalid_and_back_written_only_on_change(
     custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "ipaddresspools", "second")
     wait_result(custom, ns, "controller", "Valid", logs)
     spk = wait_result(custom, ns, me, "Valid", logs)
-    assert spk["status"]["conditions"][0]["lastTransitionTime"] >= valid_since
+    assert of_type(spk, "configReconcilerValid")["lastTransitionTime"] >= valid_since
     assert spk["status"].get("errorSummary", "") == ""
 
     # An advertisement using a community alias nobody defines: the speaker's error only.
