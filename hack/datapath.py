@@ -293,6 +293,72 @@ def drain(lab: network_lab.Lab, vip: str, mode: str, how: str, index: int | None
     )
 
 
+def local_service(
+    lab: network_lab.Lab, namespace: str, name: str, mode: str, nodes: list[int]
+) -> str:
+    """A Local Service with a ready Pod on each of `nodes`, announced from each of them (BGP) or
+    by its owner among them (L2), and forwarded by every one of those nodes."""
+    objects.create_service(
+        lab, namespace, name, local=True, annotations=FROM_BGP_POOL if mode == "bgp" else None
+    )
+    objects.set_backends(lab, namespace, name, nodes)
+    (vip,) = objects.ingress(lab, namespace, name, 1)
+    spec = objects.get(lab, "service", name, "-n", namespace)["spec"]
+    node_port = int(spec["ports"][0]["nodePort"])
+    targets = [(str(lab.node_v4(i)), node_port) for i in nodes]
+    objects.wait_until(
+        "each backend node to forward the Service",
+        lambda: all(a is not None for a in objects.requests(lab, targets, timeout=1.0)),
+    )
+    if mode == "bgp":
+        hops = {str(lab.node_v4(i)) for i in nodes}
+        objects.wait_until("a nexthop per backend node", lambda: witness.fib(lab, vip) == hops)
+    else:
+        excluded = tuple(i for i in range(1, lab.nodes + 1) if i not in nodes)
+        owner = l2_owner(lab, vip, excluding=excluded)
+        objects.wait_until(
+            "the owner to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(owner)}
+        )
+    return vip
+
+
+def pod_unready(
+    lab: network_lab.Lab, namespace: str, name: str, vip: str, mode: str, nodes: list[int]
+) -> Drained:
+    """Under load, the Local Service's Pod on one node (the L2 owner, or the first of `nodes`
+    for BGP) turns unready: the node stops announcing; the client counts failures."""
+    excluded = tuple(i for i in range(1, lab.nodes + 1) if i not in nodes)
+    node = l2_owner(lab, vip, excluding=excluded) if mode == "l2" else nodes[0]
+    others = [i for i in nodes if i != node]
+    successor = l2_owner(lab, vip, excluding=(*excluded, node)) if mode == "l2" else 0
+    pod = objects.pod_name(name, node)
+
+    def moved() -> bool:
+        if mode == "l2":
+            return witness.arp_macs(lab, vip, count=1, wait_s=1) == {lab.node_mac(successor)}
+        return witness.fib(lab, vip) == {str(lab.node_v4(i)) for i in others}
+
+    try:
+        with loaded(lab, [vip], duration=30.0) as load:
+            time.sleep(1.0)
+            began = time.monotonic()
+            objects.set_ready(lab, namespace, pod, False)
+            objects.wait_until(f"{vip} to leave node{node}", moved, MOVE_TIMEOUT_S)
+            took = time.monotonic() - began
+            time.sleep(2.0)
+            report = load.stop()
+    finally:
+        objects.set_ready(lab, namespace, pod, True)
+    return Drained(
+        "pod-unready",
+        mode,
+        took,
+        int(report["requests_failed"]),
+        int(report["requests_total"]),
+        {"kinds": report["failures"], "first": report["first_failures"][:5]},
+    )
+
+
 # --- split brain --------------------------------------------------------------------------------
 
 DETECT_TIMEOUT_S = 10.0
@@ -304,25 +370,24 @@ def claim_and_wait(interface: str, address: str, explain_url: str) -> dict[str, 
     poll the owner's /explain until it reports a conflict. Times from this one process."""
     subprocess.run(["ip", "addr", "add", f"{address}/32", "dev", interface], check=True)
     try:
+        # arping sends its one frame at once, then waits a second for replies: poll meanwhile.
         began = time.monotonic()
-        subprocess.run(
+        rogue = subprocess.Popen(
             ["arping", "-c", "1", "-U", "-s", address, "-I", interface, address],
-            check=True,
-            capture_output=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
-        sent = time.monotonic()
-        while time.monotonic() - began < DETECT_TIMEOUT_S:
-            with urllib.request.urlopen(explain_url, timeout=2) as answer:
-                body = json.load(answer)
-            found = [c for c in body.get("conflicts") or [] if c.get("ip") == address]
-            if found:
-                return {
-                    "detect_s": round(time.monotonic() - began, 4),
-                    "conflicts": found,
-                    "arping_s": round(sent - began, 4),
-                }
-            time.sleep(0.01)
-        return {"detect_s": None, "conflicts": []}
+        try:
+            while time.monotonic() - began < DETECT_TIMEOUT_S:
+                with urllib.request.urlopen(explain_url, timeout=2) as answer:
+                    body = json.load(answer)
+                found = [c for c in body.get("conflicts") or [] if c.get("ip") == address]
+                if found:
+                    return {"detect_s": round(time.monotonic() - began, 4), "conflicts": found}
+                time.sleep(0.01)
+            return {"detect_s": None, "conflicts": []}
+        finally:
+            rogue.wait(10)
     finally:
         subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", interface], check=False)
         subprocess.run(["ip", "neigh", "flush", "to", address], check=False)

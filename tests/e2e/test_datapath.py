@@ -65,6 +65,16 @@ def test_a_draining_node_hands_over_without_a_failed_connection(
     assert drained.failed_requests == 0, drained
 
 
+@pytest.mark.parametrize("mode", ["l2", "bgp"])
+def test_an_unready_local_pod_stops_the_announcement_before_a_connection_fails(
+    lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str, mode: str
+) -> None:
+    vip = datapath.local_service(lab, app_namespace, "web", mode, [1, 2])
+    result = datapath.pod_unready(lab, app_namespace, "web", vip, mode, [1, 2])
+    assert result.requests > 0
+    assert result.failed_requests == 0, result
+
+
 def explain(lab: network_lab.Lab, service: str) -> dict[str, Any]:
     """`ironlb status --explain -o json`, run on the ToR (it reaches every speaker)."""
     speakers = ",".join(
