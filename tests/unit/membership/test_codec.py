@@ -156,8 +156,9 @@ def test_an_alive_from_the_previous_version_decodes_with_empty_metadata() -> Non
     # Alive(7, "n2", 10.0.0.2:7946) and a Ping as the previous version wrote them, byte for byte.
     old = bytes.fromhex("0102" + "05000e" + "00000007" + "026e32" + "040a000002" + "1f0a")
     old += bytes.fromhex("010007" + "00000001" + "026e31")
-    assert codec.decode(old) == (m.Alive(7, "n2", ADDRESS), m.Ping(1, "n1"))
-    assert codec.decode(old)[0].meta == b""  # type: ignore[union-attr]
+    decoded = codec.decode(old)
+    assert decoded == (m.Alive(7, "n2", ADDRESS), m.Ping(1, "n1"))
+    assert isinstance(decoded[0], m.Alive) and decoded[0].meta == b""
 
 
 def test_metadata_rides_in_an_extension_message_after_the_alive() -> None:

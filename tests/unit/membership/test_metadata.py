@@ -23,7 +23,8 @@ def deliver(
     sends: Iterable[machine.Send], source: machine.Machine, to: machine.Machine
 ) -> machine.Output:
     """Hand `to` every packet from `source` addressed to it; its outputs merged."""
-    sent, changes = [], []
+    sent: list[machine.Send] = []
+    changes: list[machine.Change] = []
     for send in sends:
         if send.address == to.address:
             out = to.receive(0.0, source.address, messages(send))
