@@ -33,12 +33,12 @@ What it implements, and where it departs from memberlist:
   misses a member now and then (simulated, 8 members changing meta at once, no loss: some member
   kept a stale meta until the next push-pull in about half the runs), and members elect L2 owners
   from each other's meta, so after a change our Alive also rides on our next probe of each member
-  until that member acks one: all have it within one probe round. Others take
-  meta from an Alive of a higher incarnation, the usual rule, with one addition for groups in the
-  middle of an upgrade: a member of the previous version relays Alives without their meta, so at
-  the same incarnation a non-empty meta fills in an empty one (one incarnation has one meta), and
-  an Alive about ourselves at our incarnation with an empty meta is not an older life to outbid.
-  A change of a member's meta is a `Change` of kind META.
+  until that member acks one: all have it within one probe round. Others take meta from an Alive
+  of a higher incarnation, the usual rule, with one addition for groups in the middle of an
+  upgrade: a member of the previous version relays Alives without their meta, so at the same
+  incarnation a non-empty meta fills in an empty one (one incarnation has one meta), and an Alive
+  about ourselves at our incarnation with an empty meta is not an older life to outbid. A change
+  of a member's meta is a `Change` of kind META.
 """
 
 from __future__ import annotations
@@ -591,11 +591,14 @@ class Machine:
         timeout = self.config.probe_timeout * self._scale()
         self._probe = _Probe(target, seq, now + timeout, now + interval)
         primary: list[m.Message] = [m.Ping(seq, target)]
-        if target in self._unannounced:
-            primary.append(self._alive_message())
-            self._probe.announced = True
         if member.state == m.State.SUSPECT:
             primary.append(m.Suspect(member.incarnation, target, self.name))
+        if target in self._unannounced:
+            alive = self._alive_message()
+            size = sum(len(codec.encode_message(x)) for x in [*primary, alive])
+            if codec.HEADER_SIZE + size <= self._max_packet:  # else gossip has to do
+                primary.append(alive)
+                self._probe.announced = True
         self.stats.probes_sent += 1
         self._send(member.address, primary)
 

@@ -326,3 +326,18 @@ def test_after_a_change_our_alive_rides_on_each_probe_until_it_is_acked() -> Non
                 a.receive(now, send.address, (m.Ack(ping.seq),))
     assert to_b[:3] == [True, True, False]
     assert to_c[:2] == [True, False]
+
+
+def test_a_probe_too_small_for_our_alive_goes_without_it() -> None:
+    # Small datagrams, a long target name and meta that fits an Alive alone but not beside the
+    # ping: the probe is sent as it fits, the change is left to gossip.
+    config = cfg.DEFAULT.replace(max_datagram=512)
+    a = make("a", 1, config=config)
+    know(a, ("b" * 250, 2))
+    a.set_meta(0.0, b"m" * 380)
+    pings: list[tuple[m.Message, ...]] = []
+    while not pings:
+        out = a.tick(a.next_deadline())
+        assert all(len(s.packet) <= 512 - sealing.OVERHEAD for s in out.sends)
+        pings = [messages(s) for s in out.sends if isinstance(messages(s)[0], m.Ping)]
+    assert not any(isinstance(x, m.Alive) for x in pings[0])
