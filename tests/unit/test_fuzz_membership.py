@@ -39,13 +39,19 @@ hosts = st.one_of(
     st.ip_addresses(v=6).map(str),
 )
 addresses = st.builds(m.Address, hosts, st.integers(0, 65535))
-states = st.builds(m.MemberState, names, addresses, u32, st.sampled_from(list(m.State)))
+# Metadata: none (what a previous-version member sends), short, and at the codec's limit.
+metas = st.one_of(
+    st.just(b""),
+    st.binary(min_size=1, max_size=40),
+    st.binary(min_size=codec.MAX_META - 2, max_size=codec.MAX_META),
+)
+states = st.builds(m.MemberState, names, addresses, u32, st.sampled_from(list(m.State)), metas)
 messages = st.one_of(
     st.builds(m.Ping, u32, names),
     st.builds(m.Ack, u32),
     st.builds(m.Nack, u32),
     st.builds(m.IndirectPing, u32, names, addresses),
-    st.builds(m.Alive, u32, names, addresses),
+    st.builds(m.Alive, u32, names, addresses, metas),
     st.builds(m.Suspect, u32, names, names),
     st.builds(m.Dead, u32, names, names),
     st.builds(m.PushPull, st.booleans(), st.booleans(), st.lists(states, max_size=6).map(tuple)),
@@ -123,8 +129,56 @@ def test_valid_packets_round_trip_and_are_used(
     assert opened == packet
     assert fuzzing.feed(AREA, codec.decode, packet) == tuple(batch)
     member = offline_node(loop)
-    receive(member, [sealing.Sealer(KEYS).seal(packet)])
-    assert sum(member.drops.values()) == 0  # well-formed input is never dropped
+    datagram = sealing.Sealer(KEYS).seal(packet)
+    receive(member, [datagram])
+    if len(datagram) > member.config.max_datagram:
+        # Large metadata makes some batches longer than any member sends; only those are dropped.
+        assert member.drops == {"oversized": 1}
+    else:
+        assert sum(member.drops.values()) == 0  # well-formed input is never dropped
+
+
+@fuzzing.fuzz_settings(150)
+@given(
+    st.lists(
+        st.tuples(
+            # Few names and incarnations, so that the same one comes back often.
+            st.sampled_from((SELF, "b", "c")),
+            st.integers(0, 3),
+            st.one_of(
+                st.just(b""),
+                st.binary(min_size=1, max_size=8),
+                st.binary(min_size=codec.MAX_META - 1, max_size=codec.MAX_META + 2),
+            ),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_metadata_of_any_length_is_taken_by_the_rules_or_a_counted_drop(
+    loop: asyncio.AbstractEventLoop, alives: list[tuple[str, int, bytes]]
+) -> None:
+    member = offline_node(loop)
+    sealer = sealing.Sealer(KEYS)
+    known: dict[str, tuple[int, bytes]] = {}  # what the rules say each member's meta is
+    for name, incarnation, meta in alives:
+        alive = codec.encode_message(m.Alive(incarnation, name, m.Address(*PEER)))
+        extension = bytes([9]) + len(meta).to_bytes(2, "big") + meta
+        fuzzing.feed(
+            AREA, member._on_datagram, sealer.seal(codec.encode([alive + extension])), PEER
+        )
+        if len(meta) > codec.MAX_META or name == SELF:
+            continue
+        old = known.get(name)
+        newer = old is None or incarnation > old[0]
+        filled = old is not None and incarnation == old[0] and meta and not old[1]
+        if newer or filled:
+            known[name] = (incarnation, meta)
+    assert member.drops["error"] == 0
+    assert member.drops["oversized_meta"] == sum(1 for *_, x in alives if len(x) > codec.MAX_META)
+    assert {n: x for n, x in member.metadata().items() if n != SELF} == {
+        n: x for n, (_, x) in known.items()
+    }
 
 
 def test_malformed_datagrams_are_counted_in_the_metric(loop: asyncio.AbstractEventLoop) -> None:

@@ -97,6 +97,10 @@ class Network:
         self._apply(node, node.machine.leave(self.now))
         node.running = False
 
+    def set_meta(self, name: str, meta: bytes) -> None:
+        node = self.nodes[name]
+        self._apply(node, node.machine.set_meta(self.now, meta))
+
     # --- running -------------------------------------------------------------------------------
 
     def run_until(self, until: float) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from speaker.membership import config as cfg
+from speaker.membership import machine
 from speaker.membership import messages as m
 
 from . import sim
@@ -274,3 +275,56 @@ def test_every_member_elects_the_same_owners_before_and_after_a_failure() -> Non
             assert new == election.order(address, names)[1]  # the runner-up takes over
         else:
             assert new == old  # nothing else moves
+
+
+def probe_round(config: cfg.Config, n: int) -> float:
+    """How long a member takes to probe every other member once."""
+    return config.probe_interval * (n - 1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_every_members_meta_converges_on_every_member(seed: int) -> None:
+    network = sim.Network(seed, loss=0.05)
+    names = network.cluster(8)
+    network.set_meta("n1", b"before joining")  # the seed: others learn it when they join
+    network.run_for(3)
+    assert all(network.nodes[o].machine.meta()["n1"] == b"before joining" for o in names)
+    # Everyone changes at once: gossip alone leaves a stale meta here and there; the probes
+    # that carry each change repair it within a probe round or two (not a push-pull interval).
+    for i, name in enumerate(names):
+        network.set_meta(name, f"ready {name}".encode() * (i + 1))
+    network.run_for(2 * probe_round(network.config, 8))
+    expected = {name: f"ready {name}".encode() * (i + 1) for i, name in enumerate(names)}
+    assert all(network.nodes[o].machine.meta() == expected for o in names)
+    for observer in names:
+        changes = [c for _, c in network.nodes[observer].log if c.meta == expected["n5"]]
+        # Every observer was told, as a change of meta only.
+        assert observer == "n5" or [c.kind for c in changes] == [machine.ChangeKind.META]
+
+
+def test_meta_changed_during_a_partition_reaches_the_other_side_after_it_heals() -> None:
+    network = sim.Network(5)
+    names = network.cluster(8)
+    network.run_for(3)
+    network.partition(names[:4], names[4:])
+    network.set_meta("n2", b"changed while partitioned")
+    network.run_for(20)
+    assert network.nodes["n1"].machine.meta()["n2"] == b"changed while partitioned"
+    assert all("n2" not in network.nodes[o].machine.meta() for o in names[4:])
+    network.heal()
+    network.run_for(10 * network.config.reconnect_interval)
+    assert converged(network, names)
+    assert all(network.nodes[o].machine.meta()["n2"] == b"changed while partitioned" for o in names)
+
+
+def test_a_restarted_member_publishes_its_new_meta_over_its_previous_life() -> None:
+    network = sim.Network(21)
+    names = network.cluster(5)
+    network.set_meta("n3", b"first life")
+    network.run_for(3)
+    assert all(network.nodes[o].machine.meta()["n3"] == b"first life" for o in names)
+    sim.restart(network, "n3", seeds=["n1"])
+    network.set_meta("n3", b"second life")
+    network.run_for(3)
+    assert converged(network, names)
+    assert all(network.nodes[o].machine.meta()["n3"] == b"second life" for o in names)
