@@ -300,3 +300,71 @@ def test_a_conflict_keeps_the_last_good_configuration() -> None:
     # Before any valid configuration was seen, the conflicting objects are left out.
     snap, _ = snapshot.build(store, namespace=NS, alive=frozenset())
     assert snap.config.pools == ()
+
+
+# --- data path: what a node's object says about draining, and where kube-proxy answers ----------
+
+
+def draining_node(name: str, **fields: Any) -> dict[str, Any]:
+    obj = node(name)
+    obj["metadata"] = {**obj["metadata"], **fields.pop("metadata", {})}
+    obj["spec"] = fields.pop("spec", {})
+    obj["status"] = {
+        **obj["status"],
+        "addresses": [
+            {"type": "Hostname", "address": name},
+            {"type": "InternalIP", "address": "fd00::5"},
+            {"type": "InternalIP", "address": "10.0.0.5"},
+        ],
+    }
+    return obj
+
+
+def built_nodes(*objects: dict[str, Any], cordon: bool = False) -> dict[str, desired.Node]:
+    snap, _ = snapshot.build(
+        store_with(*objects), namespace="metallb-system", alive=None, drain_on_cordon=cordon
+    )
+    return dict(snap.nodes)
+
+
+def test_drain_from_the_node_object_survives_the_slimmed_store() -> None:
+    taint = {"key": "ToBeDeletedByClusterAutoscaler", "value": "1", "effect": "NoSchedule"}
+    nodes = built_nodes(
+        draining_node("gone", metadata={"deletionTimestamp": "2026-12-03T00:00:00Z"}),
+        draining_node("tainted", spec={"taints": [taint, {"key": "other"}]}),
+        draining_node("cordoned", spec={"unschedulable": True}),
+        draining_node("fine", spec={"taints": [{"key": "other", "effect": "NoSchedule"}]}),
+    )
+    assert nodes["gone"].drain is not None and nodes["gone"].drain.reason == "nodeDeleting"
+    assert nodes["tainted"].drain is not None
+    assert nodes["tainted"].drain.reason == "nodeToBeDeleted"
+    assert nodes["cordoned"].drain is None  # cordon drains only when configured
+    assert nodes["fine"].drain is None
+    cordoned = built_nodes(draining_node("cordoned", spec={"unschedulable": True}), cordon=True)
+    assert cordoned["cordoned"].drain is not None
+    assert cordoned["cordoned"].drain.reason == "nodeCordoned"
+
+
+def test_a_node_event_that_only_adds_a_taint_is_a_change() -> None:
+    store = store_with(draining_node("n1"))
+    taint = {"key": "ToBeDeletedByClusterAutoscaler", "effect": "NoSchedule"}
+    assert store.put("Node", "MODIFIED", draining_node("n1", spec={"taints": [taint]}))
+
+
+def test_internal_ips_and_node_lookup_by_name() -> None:
+    store = store_with(draining_node("n1"))
+    assert snapshot.internal_ips(store.node("n1")) == ["fd00::5", "10.0.0.5"]
+    assert store.node("n2") is None
+    assert snapshot.internal_ips(None) == []
+
+
+def test_health_check_node_port_reaches_the_view() -> None:
+    obj = service(local=True)
+    obj["spec"]["healthCheckNodePort"] = 31000
+    bad = service("bad", local=True)
+    bad["spec"]["healthCheckNodePort"] = "31000"
+    store = store_with(obj, bad)
+    good_view = store.view("app/web")
+    bad_view = store.view("app/bad")
+    assert good_view is not None and good_view.health_check_node_port == 31000
+    assert bad_view is not None and bad_view.health_check_node_port is None
