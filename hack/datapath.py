@@ -194,6 +194,37 @@ class _FibEvents:
         return None
 
 
+def speaker_restart_without_kube_proxy(
+    lab: network_lab.Lab, deployment: Any, l2_vip: str, bgp_vip: str, quiet_s: float = 3.0
+) -> dict[str, Any]:
+    """kube-proxy stopped on the L2 owner, then its speaker restarted: for `quiet_s` the node
+    must announce nothing (no ARP answer from it, not a nexthop), then kube-proxy starts and
+    the node comes back. What the ToR saw, for the caller to judge."""
+    node = l2_owner(lab, l2_vip)
+    mac, hop = lab.node_mac(node), str(lab.node_v4(node))
+    lab.stop_kube_proxy(node)
+    try:
+        objects.wait_until(
+            f"node{node} to stand down", lambda: mac not in witness.arp_macs(lab, l2_vip)
+        )
+        objects.wait_until(f"node{node} to leave", lambda: hop not in witness.fib(lab, bgp_vip))
+        deployment.stop_speaker(node)
+        deployment.start_speaker(node)
+        seen_macs: set[str] = set()
+        seen_hops: set[str] = set()
+        deadline = time.monotonic() + quiet_s
+        while time.monotonic() < deadline:
+            seen_macs |= witness.arp_macs(lab, l2_vip, count=1, wait_s=1)
+            seen_hops |= witness.fib(lab, bgp_vip)
+    finally:
+        lab.start_kube_proxy(node)
+    objects.wait_until(
+        f"node{node} to answer again", lambda: witness.arp_macs(lab, l2_vip) == {mac}
+    )
+    objects.wait_until(f"node{node} back", lambda: hop in witness.fib(lab, bgp_vip))
+    return {"node": node, "announced_while_down": mac in seen_macs or hop in seen_hops}
+
+
 # --- node lifecycle -----------------------------------------------------------------------------
 
 DRAINS = ("taint", "exclude-label", "cordon")
@@ -351,6 +382,59 @@ def pod_unready(
         objects.set_ready(lab, namespace, pod, True)
     return Drained(
         "pod-unready",
+        mode,
+        took,
+        int(report["requests_failed"]),
+        int(report["requests_total"]),
+        {"kinds": report["failures"], "first": report["first_failures"][:5]},
+    )
+
+
+HOLD = "lab.ironlb.io/hold"  # a finalizer: the Node stays "being deleted" while we watch
+
+
+def delete_node(lab: network_lab.Lab, vip: str, mode: str) -> Drained:
+    """Under load, delete a node's Node object (the L2 owner, or node2 for BGP), held by a
+    finalizer so that it stays "being deleted" while the hand-over is watched; then let it go
+    and create it again as the lab made it (its kube-proxy started again if it exited)."""
+    node = l2_owner(lab, vip) if mode == "l2" else 2
+    name = lab.node_names[node - 1]
+    every = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1)}
+    successor = l2_owner(lab, vip, excluding=(node,)) if mode == "l2" else 0
+
+    def moved() -> bool:
+        if mode == "l2":
+            return witness.arp_macs(lab, vip, count=1, wait_s=1) == {lab.node_mac(successor)}
+        return witness.fib(lab, vip) == every - {str(lab.node_v4(node))}
+
+    _patch_node(lab, node, {"metadata": {"finalizers": [HOLD]}})
+    try:
+        with loaded(lab, [vip], duration=30.0) as load:
+            time.sleep(1.0)
+            began = time.monotonic()
+            lab.kubectl("delete", "node", name, "--wait=false")
+            objects.wait_until(f"deleting {name} to move {vip}", moved, MOVE_TIMEOUT_S)
+            took = time.monotonic() - began
+            time.sleep(2.0)
+            report = load.stop()
+    finally:
+        _patch_node(lab, node, {"metadata": {"finalizers": None}})
+        objects.wait_until(
+            f"{name} gone",
+            lambda: lab.kubectl("get", "nodes", "-o", "name").count(f"node/{name}\n") == 0,
+        )
+        lab.restore_node(node)
+        if lab.kube_proxy_pid(node) is None:
+            lab.start_kube_proxy(node)
+        objects.wait_until(f"kube-proxy on {name} healthy", lambda: healthz_ok(lab, node))
+    if mode == "l2":
+        objects.wait_until(
+            f"{name} to answer again", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(node)}
+        )
+    else:
+        objects.wait_until(f"{name} back", lambda: witness.fib(lab, vip) == every)
+    return Drained(
+        "delete",
         mode,
         took,
         int(report["requests_failed"]),

@@ -1012,24 +1012,7 @@ class Lab:
         ]
         objects = [
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "metallb-system"}},
-            *(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {
-                        "name": node_name(i),
-                        "labels": {
-                            "kubernetes.io/hostname": node_name(i),
-                            "kubernetes.io/os": "linux",
-                        },
-                    },
-                    "spec": {
-                        "podCIDR": str(pod_cidr_v4(i)),
-                        "podCIDRs": [str(pod_cidr_v4(i)), str(pod_cidr_v6(i))],
-                    },
-                }
-                for i in range(1, self.nodes + 1)
-            ),
+            *(self._node_object(i) for i in range(1, self.nodes + 1)),
         ]
         self.kubectl(
             "apply",
@@ -1038,61 +1021,90 @@ class Lab:
             "-",
             input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
         )
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        patches = []
-        for i in range(1, self.nodes + 1):
-            # The apiserver taints a new Node not-ready until a node lifecycle controller sees
-            # its kubelet; there is none here, so the taint goes at once (a real kubelet does
-            # not add it back when it registers the existing Node).
-            patches.append(
-                self._kubectl_start(
-                    "patch",
-                    "node",
-                    node_name(i),
-                    "--type=merge",
-                    "-p",
-                    json.dumps({"spec": {"taints": None}}),
-                )
-            )
-            addresses = [
-                {"type": "InternalIP", "address": str(node_v4(i))},
-                {"type": "InternalIP", "address": str(node_v6(i))},
-                {"type": "Hostname", "address": node_name(i)},
-            ]
-            status: dict[str, Any] = {"addresses": addresses}
-            if i not in self.kubelet_nodes:
-                # A kubelet reports capacity and conditions itself, and the same addresses;
-                # they are set here too because kube-proxy exits when its node's IPs change.
-                status |= {
-                    "conditions": [
-                        {
-                            "type": "Ready",
-                            "status": "True",
-                            "reason": "KubeletReady",
-                            "message": "lab node (its Pods run under hack/podagent, no kubelet)",
-                            "lastHeartbeatTime": now,
-                            "lastTransitionTime": now,
-                        }
-                    ],
-                    # What the scheduler fits Pods into.
-                    "capacity": NODE_CAPACITY,
-                    "allocatable": NODE_CAPACITY,
-                }
-            # A merge patch, not server-side apply: SSA keys node addresses by type, which
-            # rejects the two InternalIPs of a dual-stack node.
-            patches.append(
-                self._kubectl_start(
-                    "patch",
-                    "node",
-                    node_name(i),
-                    "--subresource=status",
-                    "--type=merge",
-                    "-p",
-                    json.dumps({"status": status}),
-                )
-            )
+        patches = [p for i in range(1, self.nodes + 1) for p in self._start_node_patches(i)]
         _finish([*crds, *patches])
         self._wait_crds_established()
+
+    def _node_object(self, index: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": node_name(index),
+                "labels": {
+                    "kubernetes.io/hostname": node_name(index),
+                    "kubernetes.io/os": "linux",
+                },
+            },
+            "spec": {
+                "podCIDR": str(pod_cidr_v4(index)),
+                "podCIDRs": [str(pod_cidr_v4(index)), str(pod_cidr_v6(index))],
+            },
+        }
+
+    def _start_node_patches(self, index: int) -> list[_Pending]:
+        """The Node as a node's agent would make it: no startup taint, its addresses, and
+        (without a kubelet) Ready with capacity."""
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        patches = []
+        # The apiserver taints a new Node not-ready until a node lifecycle controller sees
+        # its kubelet; there is none here, so the taint goes at once (a real kubelet does
+        # not add it back when it registers the existing Node).
+        patches.append(
+            self._kubectl_start(
+                "patch",
+                "node",
+                node_name(index),
+                "--type=merge",
+                "-p",
+                json.dumps({"spec": {"taints": None}}),
+            )
+        )
+        addresses = [
+            {"type": "InternalIP", "address": str(node_v4(index))},
+            {"type": "InternalIP", "address": str(node_v6(index))},
+            {"type": "Hostname", "address": node_name(index)},
+        ]
+        status: dict[str, Any] = {"addresses": addresses}
+        if index not in self.kubelet_nodes:
+            # A kubelet reports capacity and conditions itself, and the same addresses;
+            # they are set here too because kube-proxy exits when its node's IPs change.
+            status |= {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "lab node (its Pods run under hack/podagent, no kubelet)",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ],
+                # What the scheduler fits Pods into.
+                "capacity": NODE_CAPACITY,
+                "allocatable": NODE_CAPACITY,
+            }
+        # A merge patch, not server-side apply: SSA keys node addresses by type, which
+        # rejects the two InternalIPs of a dual-stack node.
+        patches.append(
+            self._kubectl_start(
+                "patch",
+                "node",
+                node_name(index),
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps({"status": status}),
+            )
+        )
+        return patches
+
+    def restore_node(self, index: int) -> None:
+        """Create node `index`'s Node object again (after a test deleted it), as `up` made it."""
+        self.kubectl(
+            "apply", "--server-side", "-f", "-", input=json.dumps(self._node_object(index))
+        )
+        _finish(self._start_node_patches(index))
 
     def api_get(self, path: str) -> Any:
         """GET from the apiserver as the lab's admin (no kubectl process, no discovery)."""

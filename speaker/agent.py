@@ -279,23 +279,29 @@ class Agent:
 
     async def reconcile_once(self) -> None:
         me = self.options.node_name
+        alive = self.alive()
         snap, problems = snapshot.build(
             self.store,
             namespace=self.options.namespace,
-            alive=self.alive(),
+            alive=alive,
             lb_class=self.options.lb_class,
             ignore_exclude_lb=self.options.ignore_exclude_lb,
             last_good=self.last_good,
             drain_on_cordon=self.options.drain_on_cordon,
-            readiness=self.readiness(),
+            # Without membership the others cannot know our verdict: the L2 election then
+            # ignores readiness (as MetalLB), or we would stand down and nobody take over.
+            readiness=self.readiness() if alive is not None else {},
         )
+        own = snap
         if self.prober is not None:
             # The Local Services this pass would announce from here are probed from now on; one
             # not yet confirmed by kube-proxy is not announced in this very pass either.
             self.prober.set_targets(self._node_ip(), _local_targets(snap, me))
-            snap = dataclasses.replace(
+            own = dataclasses.replace(
                 snap, readiness={**snap.readiness, me: self.prober.readiness()}
             )
+            if alive is not None:
+                snap = own
         stale = self.last_good is not None and snap.config is self.last_good
         if not stale:
             self.last_good = snap.config
@@ -311,7 +317,8 @@ class Agent:
         if self.layer2 is not None:
             self.layer2.set_owned({e.address: e.interfaces for e in l2.mine})
         reached: Mapping[str, tuple[model.PeerName, ...]] = {}
-        bgp_plan = desired.bgp_plan(snap, model.NodeName(me))
+        # BGP is this node's decision alone: our own verdict always counts.
+        bgp_plan = desired.bgp_plan(own, model.NodeName(me))
         if self.bgp is not None:
             reached = await self.bgp.apply(
                 snap.config, snap.nodes.get(me), bgp_plan, self.passwords
@@ -763,15 +770,18 @@ _EMPTY_L2 = desired.L2Plan((), {}, {})
 
 
 def _local_targets(snap: desired.Snapshot, me: str) -> dict[str, int]:
-    """Local Services the EndpointSlices say this node serves: kube-proxy's
-    healthCheckNodePort must agree before they are announced from here."""
+    """Local Services with a ready endpoint on this node: kube-proxy's healthCheckNodePort
+    must agree before they are announced from here. Not those served here only by terminating
+    (serving) endpoints: kube-proxy answers 503 for them by design (so that cloud load
+    balancers drain the node) while it still forwards to them when nothing is ready anywhere;
+    MetalLB keeps announcing then, and so do we, on the EndpointSlices alone."""
     return {
         s.key: s.health_check_node_port
         for s in snap.services
         if s.local
         and s.ips
         and s.health_check_node_port is not None
-        and me in desired.endpoint_nodes(s)
+        and any(e.ready and e.node == me for e in s.endpoints)
     }
 
 

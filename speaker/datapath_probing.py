@@ -10,7 +10,8 @@ What a cloud load balancer asks of a node (KEP-3836), asked from the node itself
   before kube-proxy has programmed it (metallb#496).
 
 Bounded whatever the Service count: /healthz once per `interval`; the Services' ports at most
-`rate` probes per second, never-probed ones first, then the least recently probed. A node goes
+`rate` probes per second, never-probed ones first, then those kube-proxy does not confirm yet
+(each round), then confirmed ones every `recheck` seconds. A node goes
 not ready after `fail_after` consecutive failed /healthz probes (one slow answer on a busy node
 does not move addresses) and ready again at the first healthy one.
 
@@ -38,6 +39,7 @@ DEFAULT_HEALTHZ_URL = "http://{node_ip}:10256/healthz"
 INTERVAL_S = 0.5
 TIMEOUT_S = 1.0
 RATE_PER_S = 100.0
+RECHECK_S = 5.0  # a confirmed Local Service is asked again this often (a lagging one each round)
 FAIL_AFTER = 2
 CONCURRENCY = 8
 
@@ -101,6 +103,7 @@ class Prober:
     interval: float = INTERVAL_S
     timeout: float = TIMEOUT_S
     rate: float = RATE_PER_S
+    recheck: float = RECHECK_S
     fail_after: int = FAIL_AFTER
     registry: prometheus_client.CollectorRegistry | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -188,9 +191,18 @@ class Prober:
         self.message = message
 
     async def _probe_services(self, now: float) -> None:
-        """Up to `rate` x `interval` Services' ports this round: never-probed first."""
+        """Up to `rate` x `interval` Services' ports this round: never-probed first, then the
+        lagging ones, then confirmed ones not asked for `recheck` seconds (an idle node with
+        many Local Services probes a few a second, not `rate`)."""
         self._budget = min(self._budget + self.rate * self.interval, self.rate * self.interval)
-        due = sorted(self._targets.items(), key=lambda kv: (kv[1].ok is not None, kv[1].probed_at))
+        due = sorted(
+            (
+                (key, target)
+                for key, target in self._targets.items()
+                if not target.ok or now - target.probed_at >= self.recheck
+            ),
+            key=lambda kv: (kv[1].ok is not None, kv[1].ok is True, kv[1].probed_at),
+        )
         batch = due[: int(self._budget)]
         self._budget -= len(batch)
         if not batch:

@@ -54,6 +54,17 @@ def test_kube_proxy_down_withdraws_the_bgp_nexthop_and_back_only_once_healthy(
     assert cycle.back_after_healthy, cycle
 
 
+def test_a_restarted_speaker_announces_nothing_before_kube_proxy_is_healthy(
+    lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
+) -> None:
+    """metallb#496: a speaker starting on a node whose kube-proxy has not synced must not
+    take the node's addresses back."""
+    l2 = datapath.service(lab, app_namespace, "l2", "l2", [1, 2, 3])
+    bgp = datapath.service(lab, app_namespace, "bgp", "bgp", [1, 2, 3])
+    found = datapath.speaker_restart_without_kube_proxy(lab, deployment, l2, bgp)
+    assert not found["announced_while_down"], found
+
+
 @pytest.mark.parametrize("how", datapath.DRAINS)
 @pytest.mark.parametrize("mode", ["l2", "bgp"])
 def test_a_draining_node_hands_over_without_a_failed_connection(
@@ -184,3 +195,13 @@ def test_a_rogue_answering_for_an_owned_address_is_reported(
     view = explain(lab, f"{app_namespace}/claimed")
     owner = next(n for n in view["nodes"] if n["name"] == lab.node_names[found["owner"] - 1])
     assert [c["mac"] for c in owner["conflicts"]] == [conflict["mac"]], view
+
+
+@pytest.mark.parametrize("mode", ["l2", "bgp"])
+def test_deleting_a_node_hands_over_without_a_failed_connection(
+    lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str, mode: str
+) -> None:
+    vip = datapath.service(lab, app_namespace, "web", mode, [1, 2, 3])
+    drained = datapath.delete_node(lab, vip, mode)
+    assert drained.requests > 0
+    assert drained.failed_requests == 0, drained

@@ -144,3 +144,20 @@ def test_url_for_brackets_ipv6() -> None:
     t = datapath_probing.DEFAULT_HEALTHZ_URL
     assert datapath_probing.url_for(t, "fd00::1") == "http://[fd00::1]:10256/healthz"
     assert datapath_probing.url_for(t, None) == "http://127.0.0.1:10256/healthz"
+
+
+async def test_confirmed_services_are_asked_again_only_after_recheck(server: Server) -> None:
+    p = prober(server, rate=1000.0, recheck=5.0)  # budget 20 per round: not the limit here
+    server.status["/"] = 200
+    p.set_targets("127.0.0.1", {"ns/a": server.port, "ns/b": server.port})
+    await p._probe_services(0.0)
+    assert server.hits["/"] == 2
+    await p._probe_services(1.0)
+    await p._probe_services(4.9)
+    assert server.hits["/"] == 2  # confirmed: left alone until recheck
+    server.status["/"] = 503
+    await p._probe_services(5.0)
+    assert server.hits["/"] == 4
+    assert p.readiness().unready_local == {"ns/a", "ns/b"}
+    await p._probe_services(5.5)  # lagging ones: every round
+    assert server.hits["/"] == 6
