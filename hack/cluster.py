@@ -239,6 +239,13 @@ class Cluster:
     advertise_address: str | None = None
     endpoint_reconciler: str = "none"
     aggregator_routing: bool = False
+    # An audit policy file: the apiserver then logs the requests it selects, one JSON line each,
+    # to `audit_log` (benches count a client's requests there; off by default: it costs CPU).
+    audit_policy: Path | None = None
+
+    @property
+    def audit_log(self) -> Path:
+        return self.directory / "audit.log"
 
     @property
     def kubeconfig(self) -> Path:
@@ -469,10 +476,21 @@ class Cluster:
                 "--event-ttl=1h",
                 # Node names do not resolve here; nodes are reached by their InternalIP.
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
+                *self._audit_flags(),
                 "--v=0",
             ],
         )
         self._wait_ready("kube-apiserver", pid, urllib.request.Request(f"{self.server}/readyz"))
+
+    def _audit_flags(self) -> list[str]:
+        if self.audit_policy is None:
+            return []
+        return [
+            f"--audit-policy-file={self.audit_policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=0",  # no rotation: a reader counts every line
+        ]
 
     def stop_apiserver(self) -> None:
         """Stop kube-apiserver alone, as maintenance of the control plane does: its clients'

@@ -334,6 +334,9 @@ class Lab:
     # Nodes (1-based) that run containerd + a real kubelet instead of hack/podagent
     # (hack/kubelet_node.py); they register their Node objects themselves.
     kubelet_nodes: tuple[int, ...] = ()
+    # Passed to the apiserver (hack/cluster.py's `audit_policy`): the requests it selects are
+    # logged to `cluster.audit_log`.
+    audit_policy: Path | None = None
 
     def __post_init__(self) -> None:
         self.directory = Path(self.directory).resolve()
@@ -392,6 +395,7 @@ class Lab:
             advertise_address=str(CP_LAN_V4) if self.kubelet_nodes else None,
             endpoint_reconciler="lease" if self.kubelet_nodes else "none",
             aggregator_routing=bool(self.kubelet_nodes),
+            audit_policy=self.audit_policy,
         )
 
     @property
@@ -1228,10 +1232,11 @@ class Lab:
 
 
 @contextlib.contextmanager
-def running(nodes: int = 3, directory: Path | None = None) -> Iterator[Lab]:
-    """A lab in a fresh temporary directory for the duration of a block."""
+def running(nodes: int = 3, directory: Path | None = None, **options: Any) -> Iterator[Lab]:
+    """A lab in a fresh temporary directory for the duration of a block (`options`: more of
+    Lab's fields)."""
     base = directory or Path(tempfile.mkdtemp(prefix="ironlb-labdir-"))
-    lab = Lab(nodes=nodes, directory=base / "lab")
+    lab = Lab(nodes=nodes, directory=base / "lab", **options)
     try:
         lab.up()
         yield lab
