@@ -5,7 +5,9 @@
   (`kubeproxy_fail_to_withdraw_*`). Each time kube-proxy is started again and the node must come
   back only after kube-proxy answered healthy (`back_only_after_healthy`);
 * drains under client load (40 new connections a second): the cluster autoscaler's taint, the
-  exclude label and cordon (`--drain-on-cordon`), in L2 and BGP (`drain_failed_requests`);
+  exclude label and cordon (`--drain-on-cordon`), in L2 and BGP; not with --quick: the Node
+  deleted (held by a finalizer while watched), and a Local Service's Pod turning unready
+  (`drain_failed_requests` counts them all);
 * a rogue (the ToR) claiming the L2 owner's address with a gratuitous ARP: until the owner's
   `/explain` reports it (`split_brain_detect_s`).
 
@@ -74,6 +76,13 @@ def measure(lab: network_lab.Lab, quick: bool, say: Any) -> dict[str, Any]:
         runs = [("l2", how) for how in datapath.DRAINS]
         runs += [("bgp", how) for how in (datapath.DRAINS[:1] if quick else datapath.DRAINS)]
         drains = [datapath.drain(lab, l2 if mode == "l2" else bgp, mode, how) for mode, how in runs]
+        if not quick:
+            drains += [
+                datapath.delete_node(lab, vip, mode) for mode, vip in (("l2", l2), ("bgp", bgp))
+            ]
+            for mode in ("l2", "bgp"):
+                local = datapath.local_service(lab, ns, f"local-{mode}", mode, [1, 2])
+                drains.append(datapath.pod_unready(lab, ns, f"local-{mode}", local, mode, [1, 2]))
         figures["drain_failed_requests"] = sum(d.failed_requests for d in drains)
         figures["drain_requests"] = sum(d.requests for d in drains)
         figures["drain_move_max_s"] = round(max(d.moved_s for d in drains), 3)
