@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from ironlb import configuration_state, datapath, parsing
-from ironlb_cli import status_view
+from ironlb_cli import readers, status_view
 
 SCHEMA_VERSION = 1
 PROTOCOL_ORDER = ("layer2", "bgp")  # columns; a protocol this command does not know comes after
@@ -184,18 +184,6 @@ class ServiceNotFound(LookupError):
 # --- small readers that never raise ---------------------------------------------------------------
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list | tuple) else []
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def _reason(value: Any) -> str | None:
     """A reason as given; an unknown one verbatim, a non-string one as its JSON-ish text."""
     if value is None or value == "":
@@ -214,12 +202,12 @@ def _seconds(value: Any) -> float | None:
 
 
 def _name(obj: Any) -> str:
-    return _str(_map(_map(obj).get("metadata")).get("name"))
+    return readers.text(readers.mapping(readers.mapping(obj).get("metadata")).get("name"))
 
 
 def _key(obj: Any) -> str:
-    meta = _map(_map(obj).get("metadata"))
-    return f"{_str(meta.get('namespace'))}/{_str(meta.get('name'))}"
+    meta = readers.mapping(readers.mapping(obj).get("metadata"))
+    return f"{readers.text(meta.get('namespace'))}/{readers.text(meta.get('name'))}"
 
 
 # --- the URL --------------------------------------------------------------------------------------
@@ -266,8 +254,8 @@ def read_answer(document: Any, service: str) -> _Answer:
         raise ValueError("the answer has no verdicts")
     verdicts = []
     for raw in document["verdicts"]:
-        v = _map(raw)
-        protocol = _str(v.get("protocol"))
+        v = readers.mapping(raw)
+        protocol = readers.text(v.get("protocol"))
         if not protocol:
             continue
         verdicts.append(
@@ -275,32 +263,32 @@ def read_answer(document: Any, service: str) -> _Answer:
                 protocol=protocol,
                 announcing=_bool(v.get("announcing")),
                 reason=_reason(v.get("reason")),
-                message=_str(v.get("message")),
-                ips=tuple(ip for ip in _list(v.get("ips")) if isinstance(ip, str)),
+                message=readers.text(v.get("message")),
+                ips=tuple(ip for ip in readers.items(v.get("ips")) if isinstance(ip, str)),
                 source="speaker",
             )
         )
-    d = _map(document.get("datapath"))
+    d = readers.mapping(document.get("datapath"))
     path = DataPathView(
         ready=_bool(d.get("ready")),
         reason=_reason(d.get("reason")),
-        message=_str(d.get("message")),
+        message=readers.text(d.get("message")),
         source="speaker",
     )
     conflicts = []
-    for raw in _list(document.get("conflicts")):
-        c = _map(raw)
+    for raw in readers.items(document.get("conflicts")):
+        c = readers.mapping(raw)
         ago = _seconds(c.get("last_seen_s_ago"))
         conflicts.append(
             ConflictView(
-                ip=_str(c.get("ip")),
-                mac=_str(c.get("mac")),
-                interface=_str(c.get("interface")),
+                ip=readers.text(c.get("ip")),
+                mac=readers.text(c.get("mac")),
+                interface=readers.text(c.get("interface")),
                 last_seen_s_ago=ago,
             )
         )
     return _Answer(
-        node=_str(document.get("node")) or None,
+        node=readers.text(document.get("node")) or None,
         verdicts=_ordered(verdicts),
         datapath=path,
         conflicts=tuple(conflicts),
@@ -328,9 +316,9 @@ def build(inputs: Inputs) -> ExplainView:
     found = status_view.build(inputs.status)
     service = next((s for s in found.services if (s.namespace, s.name) == (namespace, name)), None)
     if service is None:
-        spec = _map(_map(raw).get("spec"))
-        kind = _str(spec.get("type")) or "ClusterIP"
-        lb_class = _str(spec.get("loadBalancerClass"))
+        spec = readers.mapping(readers.mapping(raw).get("spec"))
+        kind = readers.text(spec.get("type")) or "ClusterIP"
+        lb_class = readers.text(spec.get("loadBalancerClass"))
         what = f"type {kind}" + (f" with loadBalancerClass {lb_class}" if lb_class else "")
         ours = inputs.status.lb_class
         handled = f"with loadBalancerClass {ours}" if ours else "without a loadBalancerClass"
@@ -433,14 +421,14 @@ class _Fallback:
     def of(cls, inputs: Inputs, key: str) -> _Fallback:
         announced: dict[str, list[VerdictView]] = {}
         for raw in inputs.status.l2_statuses:
-            l2, _ = parsing.parse_servicel2status(_map(raw))
+            l2, _ = parsing.parse_servicel2status(readers.mapping(raw))
             if l2 is None or not l2.node or f"{l2.service_namespace}/{l2.service_name}" != key:
                 continue
             where = f"on {', '.join(l2.interfaces)}" if l2.interfaces else ""
             verdict = VerdictView("layer2", True, None, where, (), "ServiceL2Status")
             announced.setdefault(l2.node, []).append(verdict)
         for raw in inputs.status.bgp_statuses:
-            bgp, _ = parsing.parse_servicebgpstatus(_map(raw))
+            bgp, _ = parsing.parse_servicebgpstatus(readers.mapping(raw))
             if bgp is None or not bgp.node or f"{bgp.service_namespace}/{bgp.service_name}" != key:
                 continue
             to = f"to peers {', '.join(sorted(bgp.peers))}" if bgp.peers else ""
@@ -451,12 +439,14 @@ class _Fallback:
             name = _name(raw)
             if not name.startswith("speaker-"):
                 continue
-            for condition in _list(_map(_map(raw).get("status")).get("conditions")):
-                c = _map(condition)
+            for condition in readers.items(
+                readers.mapping(readers.mapping(raw).get("status")).get("conditions")
+            ):
+                c = readers.mapping(condition)
                 if c.get("type") != datapath.CONDITION_TYPE:
                     continue
-                ready = {"True": True, "False": False}.get(_str(c.get("status")))
-                reason, message = _reason(c.get("reason")), _str(c.get("message"))
+                ready = {"True": True, "False": False}.get(readers.text(c.get("status")))
+                reason, message = _reason(c.get("reason")), readers.text(c.get("message"))
                 paths[name] = DataPathView(ready, reason, message, "ConfigurationState")
         return cls(
             announced={node: _dedup(found) for node, found in announced.items()},

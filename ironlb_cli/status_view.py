@@ -29,6 +29,7 @@ from prometheus_client import parser as prom_parser
 
 from ironlb import addresses, model, parsing, selectors, services, validation
 from ironlb import annotations as keys
+from ironlb_cli import readers
 
 SCHEMA_VERSION = 1
 UNKNOWN = "unknown"
@@ -166,18 +167,6 @@ class View:
 # --- small readers that never raise ---------------------------------------------------------------
 
 
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list | tuple) else []
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def _int(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -187,7 +176,7 @@ def _int(value: Any) -> int | None:
 
 
 def _meta(obj: Any) -> Mapping[str, Any]:
-    return _map(_map(obj).get("metadata"))
+    return readers.mapping(readers.mapping(obj).get("metadata"))
 
 
 def _family(text: str) -> str:
@@ -271,7 +260,7 @@ def url_host(url: str) -> str | None:
 
 def build(inputs: Inputs) -> View:
     config, problems = _config(inputs)
-    nodes_raw = [n for n in inputs.nodes if _str(_meta(n).get("name"))]
+    nodes_raw = [n for n in inputs.nodes if readers.text(_meta(n).get("name"))]
     scraped, scrape_rows, scrape_problems = _match_scrapes(inputs.scrapes, nodes_raw)
     service_views = _services(inputs, config)
     pools = _pools(inputs.config.get(model.IP_ADDRESS_POOL, ()), config, service_views)
@@ -289,7 +278,7 @@ def build(inputs: Inputs) -> View:
 
 def _config(inputs: Inputs) -> tuple[model.Config, list[str]]:
     objects: dict[str, list[Any]] = {
-        kind: [o for o in _list(inputs.config.get(kind)) if isinstance(o, Mapping)]
+        kind: [o for o in readers.items(inputs.config.get(kind)) if isinstance(o, Mapping)]
         for kind in model.CONFIG_KINDS
     }
     raw: dict[str, Iterable[Any]] = dict(objects)
@@ -337,9 +326,11 @@ def nodes_by_address(nodes: Sequence[Any]) -> dict[str, str]:
     """Each address of a Node (`status.addresses`, one spelling per address) -> the Node's name."""
     by_address: dict[str, str] = {}
     for node in nodes:
-        name = _str(_meta(node).get("name"))
-        for entry in _list(_map(_map(node).get("status")).get("addresses")):
-            by_address[_canonical(_str(_map(entry).get("address")))] = name
+        name = readers.text(_meta(node).get("name"))
+        for entry in readers.items(
+            readers.mapping(readers.mapping(node).get("status")).get("addresses")
+        ):
+            by_address[_canonical(readers.text(readers.mapping(entry).get("address")))] = name
     return by_address
 
 
@@ -359,29 +350,29 @@ def _services(inputs: Inputs, config: model.Config) -> tuple[ServiceView, ...]:
     l2: dict[str, list[Announcement]] = {}
     bgp: dict[str, list[Announcement]] = {}
     for raw in inputs.l2_statuses:
-        parsed, _ = parsing.parse_servicel2status(_map(raw))
+        parsed, _ = parsing.parse_servicel2status(readers.mapping(raw))
         if parsed is not None and parsed.node:
             key = f"{parsed.service_namespace}/{parsed.service_name}"
             announcement = Announcement("layer2", parsed.node, interfaces=parsed.interfaces)
             l2.setdefault(key, []).append(announcement)
     for raw in inputs.bgp_statuses:
-        parsed_bgp, _ = parsing.parse_servicebgpstatus(_map(raw))
+        parsed_bgp, _ = parsing.parse_servicebgpstatus(readers.mapping(raw))
         if parsed_bgp is not None and parsed_bgp.node:
             key = f"{parsed_bgp.service_namespace}/{parsed_bgp.service_name}"
             peers = tuple(sorted(parsed_bgp.peers))
             bgp.setdefault(key, []).append(Announcement("bgp", parsed_bgp.node, peers=peers))
     warnings = _latest_warnings(inputs.events)
     out = []
-    for raw in map(_map, inputs.services):
+    for raw in map(readers.mapping, inputs.services):
         if not services.ours(raw, inputs.lb_class):
             continue
-        spec, meta = _map(raw.get("spec")), _meta(raw)
-        namespace, name = _str(meta.get("namespace")), _str(meta.get("name"))
+        spec, meta = readers.mapping(raw.get("spec")), _meta(raw)
+        namespace, name = readers.text(meta.get("namespace")), readers.text(meta.get("name"))
         key = services.key(raw)
         ips = services.ingress(raw).texts  # as written: an address that does not parse shows
-        notes = _map(meta.get("annotations"))
-        pool = _str(notes.get(keys.IP_ALLOCATED_FROM_POOL)) or None
-        policy = _str(spec.get("externalTrafficPolicy")) or "Cluster"
+        notes = readers.mapping(meta.get("annotations"))
+        pool = readers.text(notes.get(keys.IP_ALLOCATED_FROM_POOL)) or None
+        policy = readers.text(spec.get("externalTrafficPolicy")) or "Cluster"
         announced = sorted(
             (*l2.get(key, ()), *bgp.get(key, ())), key=lambda a: (a.protocol, a.node)
         )
@@ -405,18 +396,18 @@ def _latest_warnings(events: Sequence[Any]) -> dict[str, str]:
     """Service key -> "reason: message" of its most recent Warning Event."""
     latest: dict[str, tuple[str, str]] = {}
     for event in events:
-        e = _map(event)
-        involved = _map(e.get("involvedObject"))
+        e = readers.mapping(event)
+        involved = readers.mapping(e.get("involvedObject"))
         if e.get("type") != "Warning" or involved.get("kind") != "Service":
             continue
-        key = f"{_str(involved.get('namespace'))}/{_str(involved.get('name'))}"
+        key = f"{readers.text(involved.get('namespace'))}/{readers.text(involved.get('name'))}"
         # RFC 3339 timestamps of one format compare as strings.
         when = (
-            _str(e.get("lastTimestamp"))
-            or _str(e.get("eventTime"))
-            or _str(_meta(e).get("creationTimestamp"))
+            readers.text(e.get("lastTimestamp"))
+            or readers.text(e.get("eventTime"))
+            or readers.text(_meta(e).get("creationTimestamp"))
         )
-        text = f"{_str(e.get('reason'))}: {_str(e.get('message'))}".strip(": ")
+        text = f"{readers.text(e.get('reason'))}: {readers.text(e.get('message'))}".strip(": ")
         if key not in latest or when >= latest[key][0]:
             latest[key] = (when, text)
     return {k: v[1] for k, v in latest.items()}
@@ -448,12 +439,14 @@ def _pools(
             users[service.pool] = users.get(service.pool, 0) + 1
     out = []
     for raw in raw_pools:
-        name = _str(_meta(raw).get("name"))
+        name = readers.text(_meta(raw).get("name"))
         if not name:
             continue
-        spec = _map(_map(raw).get("spec"))
-        status = _map(_map(raw).get("status"))
-        written = tuple(a for a in (_str(x).strip() for x in _list(spec.get("addresses"))) if a)
+        spec = readers.mapping(readers.mapping(raw).get("spec"))
+        status = readers.mapping(readers.mapping(raw).get("status"))
+        written = tuple(
+            a for a in (readers.text(x).strip() for x in readers.items(spec.get("addresses"))) if a
+        )
         present = {_family(a) for a in written}
         families = []
         for family, suffix in (("IPv4", "IPv4"), ("IPv6", "IPv6")):
@@ -480,7 +473,7 @@ def _pools(
 
 
 def _labels(node: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in _map(_meta(node).get("labels")).items()}
+    return {str(k): str(v) for k, v in readers.mapping(_meta(node).get("labels")).items()}
 
 
 def _sessions(
@@ -496,7 +489,7 @@ def _sessions(
         else:
             address = peer_label(str(peer.peer_address), peer.peer_port)
         for node in nodes:
-            name = _str(_meta(node).get("name"))
+            name = readers.text(_meta(node).get("name"))
             if not selectors.any_matches(peer.node_selectors, _labels(node)):
                 continue
             bgp: str = UNKNOWN
@@ -527,17 +520,19 @@ def _sessions(
 
 
 def _ready(node: Any) -> str:
-    for condition in _list(_map(_map(node).get("status")).get("conditions")):
-        c = _map(condition)
+    for condition in readers.items(
+        readers.mapping(readers.mapping(node).get("status")).get("conditions")
+    ):
+        c = readers.mapping(condition)
         if c.get("type") == "Ready":
-            value = _str(c.get("status"))
+            value = readers.text(c.get("status"))
             return value if value in READY_VALUES else "Unknown"
     return "Unknown"
 
 
 def _nodes(nodes: Sequence[Any], scraped: Mapping[str, Reading]) -> tuple[NodeView, ...]:
-    names = {_str(_meta(n).get("name")) for n in nodes}
-    rows: list[tuple[str, Any]] = [(_str(_meta(n).get("name")), n) for n in nodes]
+    names = {readers.text(_meta(n).get("name")) for n in nodes}
+    rows: list[tuple[str, Any]] = [(readers.text(_meta(n).get("name")), n) for n in nodes]
     # A scrape named after a node the API does not list still shows (a typo shows as such).
     rows += [(name, None) for name in scraped if name not in names]
     out = []
