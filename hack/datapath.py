@@ -281,35 +281,36 @@ class Drained:
     failures: dict[str, Any]  # the load's first failures (kind, time since its start)
 
 
-def drain(lab: network_lab.Lab, vip: str, mode: str, how: str, index: int | None = None) -> Drained:
-    """Drain one node under load: the L2 owner, or node `index` for BGP; undone afterwards."""
-    node = l2_owner(lab, vip) if mode == "l2" else (index or 2)
-    every = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1)}
-    successor = l2_owner(lab, vip, excluding=(node,)) if mode == "l2" else 0
+def _moved(
+    lab: network_lab.Lab, vip: str, mode: str, successor: int, hops: set[str]
+) -> Callable[[], bool]:
+    """A check: the L2 address answered by `successor` alone, or the BGP nexthops now `hops`."""
 
-    def moved() -> bool:
+    def check() -> bool:
         if mode == "l2":
             return witness.arp_macs(lab, vip, count=1, wait_s=1) == {lab.node_mac(successor)}
-        return witness.fib(lab, vip) == every - {str(lab.node_v4(node))}
+        return witness.fib(lab, vip) == hops
 
-    try:
-        with loaded(lab, [vip], duration=30.0) as load:
-            time.sleep(1.0)  # requests flow before the drain starts
-            began = time.monotonic()
-            start_drain(lab, node, how)
-            objects.wait_until(f"{how} on node{node} to move {vip}", moved, MOVE_TIMEOUT_S)
-            took = time.monotonic() - began
-            time.sleep(2.0)  # and after it: connections through the new path
-            report = load.stop()
-    finally:
-        end_drain(lab, node)
-    if mode == "l2":
-        objects.wait_until(
-            f"node{node} to answer again",
-            lambda: witness.arp_macs(lab, vip) == {lab.node_mac(node)},
-        )
-    else:
-        objects.wait_until(f"node{node} back", lambda: witness.fib(lab, vip) == every)
+    return check
+
+
+def _under_load(
+    lab: network_lab.Lab,
+    vip: str,
+    mode: str,
+    how: str,
+    act: Callable[[], None],
+    moved: Callable[[], bool],
+) -> Drained:
+    """`act` under client load; timed until `moved`, and the load kept on a while after."""
+    with loaded(lab, [vip], duration=30.0) as load:
+        time.sleep(1.0)  # requests flow before the node leaves
+        began = time.monotonic()
+        act()
+        objects.wait_until(f"{how} to move {vip}", moved, MOVE_TIMEOUT_S)
+        took = time.monotonic() - began
+        time.sleep(2.0)  # and after it: connections through the new path
+        report = load.stop()
     return Drained(
         how,
         mode,
@@ -322,6 +323,38 @@ def drain(lab: network_lab.Lab, vip: str, mode: str, how: str, index: int | None
             "began_s": began - float(report["started_monotonic"]),
         },
     )
+
+
+def _wait_back(lab: network_lab.Lab, vip: str, mode: str, node: int) -> None:
+    """Until node `node` answers for the L2 address again, or is a BGP nexthop of it again."""
+    if mode == "l2":
+        objects.wait_until(
+            f"node{node} to answer again",
+            lambda: witness.arp_macs(lab, vip) == {lab.node_mac(node)},
+        )
+    else:
+        every = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1)}
+        objects.wait_until(f"node{node} back", lambda: witness.fib(lab, vip) == every)
+
+
+def drain(lab: network_lab.Lab, vip: str, mode: str, how: str, index: int | None = None) -> Drained:
+    """Drain one node under load: the L2 owner, or node `index` for BGP; undone afterwards."""
+    node = l2_owner(lab, vip) if mode == "l2" else (index or 2)
+    successor = l2_owner(lab, vip, excluding=(node,)) if mode == "l2" else 0
+    rest = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1) if i != node}
+    try:
+        drained = _under_load(
+            lab,
+            vip,
+            mode,
+            how,
+            lambda: start_drain(lab, node, how),
+            _moved(lab, vip, mode, successor, rest),
+        )
+    finally:
+        end_drain(lab, node)
+    _wait_back(lab, vip, mode, node)
+    return drained
 
 
 def local_service(
@@ -360,34 +393,20 @@ def pod_unready(
     for BGP) turns unready: the node stops announcing; the client counts failures."""
     excluded = tuple(i for i in range(1, lab.nodes + 1) if i not in nodes)
     node = l2_owner(lab, vip, excluding=excluded) if mode == "l2" else nodes[0]
-    others = [i for i in nodes if i != node]
+    others = {str(lab.node_v4(i)) for i in nodes if i != node}
     successor = l2_owner(lab, vip, excluding=(*excluded, node)) if mode == "l2" else 0
     pod = objects.pod_name(name, node)
-
-    def moved() -> bool:
-        if mode == "l2":
-            return witness.arp_macs(lab, vip, count=1, wait_s=1) == {lab.node_mac(successor)}
-        return witness.fib(lab, vip) == {str(lab.node_v4(i)) for i in others}
-
     try:
-        with loaded(lab, [vip], duration=30.0) as load:
-            time.sleep(1.0)
-            began = time.monotonic()
-            objects.set_ready(lab, namespace, pod, False)
-            objects.wait_until(f"{vip} to leave node{node}", moved, MOVE_TIMEOUT_S)
-            took = time.monotonic() - began
-            time.sleep(2.0)
-            report = load.stop()
+        return _under_load(
+            lab,
+            vip,
+            mode,
+            "pod-unready",
+            lambda: objects.set_ready(lab, namespace, pod, False),
+            _moved(lab, vip, mode, successor, others),
+        )
     finally:
         objects.set_ready(lab, namespace, pod, True)
-    return Drained(
-        "pod-unready",
-        mode,
-        took,
-        int(report["requests_failed"]),
-        int(report["requests_total"]),
-        {"kinds": report["failures"], "first": report["first_failures"][:5]},
-    )
 
 
 HOLD = "lab.ironlb.io/hold"  # a finalizer: the Node stays "being deleted" while we watch
@@ -399,24 +418,17 @@ def delete_node(lab: network_lab.Lab, vip: str, mode: str) -> Drained:
     and create it again as the lab made it (its kube-proxy started again if it exited)."""
     node = l2_owner(lab, vip) if mode == "l2" else 2
     name = lab.node_names[node - 1]
-    every = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1)}
     successor = l2_owner(lab, vip, excluding=(node,)) if mode == "l2" else 0
+    rest = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1) if i != node}
 
-    def moved() -> bool:
-        if mode == "l2":
-            return witness.arp_macs(lab, vip, count=1, wait_s=1) == {lab.node_mac(successor)}
-        return witness.fib(lab, vip) == every - {str(lab.node_v4(node))}
+    def delete() -> None:
+        lab.kubectl("delete", "node", name, "--wait=false")
 
     _patch_node(lab, node, {"metadata": {"finalizers": [HOLD]}})
     try:
-        with loaded(lab, [vip], duration=30.0) as load:
-            time.sleep(1.0)
-            began = time.monotonic()
-            lab.kubectl("delete", "node", name, "--wait=false")
-            objects.wait_until(f"deleting {name} to move {vip}", moved, MOVE_TIMEOUT_S)
-            took = time.monotonic() - began
-            time.sleep(2.0)
-            report = load.stop()
+        drained = _under_load(
+            lab, vip, mode, "delete", delete, _moved(lab, vip, mode, successor, rest)
+        )
     finally:
         _patch_node(lab, node, {"metadata": {"finalizers": None}})
         objects.wait_until(
@@ -427,20 +439,8 @@ def delete_node(lab: network_lab.Lab, vip: str, mode: str) -> Drained:
         if lab.kube_proxy_pid(node) is None:
             lab.start_kube_proxy(node)
         objects.wait_until(f"kube-proxy on {name} healthy", lambda: healthz_ok(lab, node))
-    if mode == "l2":
-        objects.wait_until(
-            f"{name} to answer again", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(node)}
-        )
-    else:
-        objects.wait_until(f"{name} back", lambda: witness.fib(lab, vip) == every)
-    return Drained(
-        "delete",
-        mode,
-        took,
-        int(report["requests_failed"]),
-        int(report["requests_total"]),
-        {"kinds": report["failures"], "first": report["first_failures"][:5]},
-    )
+    _wait_back(lab, vip, mode, node)
+    return drained
 
 
 # --- split brain --------------------------------------------------------------------------------
