@@ -457,9 +457,11 @@ class Agent:
         for service in holders[:SERVICE_EVENTS_PER_PASS]:
             svc = self.store.services.get(service.key)
             if svc is not None:
-                body = _event_body(svc, "addressConflict", message, self.options.node_name)
-                body["type"] = "Warning"
-                self._post_soon(body)
+                self._post_soon(
+                    _event_body(
+                        svc, "addressConflict", message, self.options.node_name, warning=True
+                    )
+                )
 
     def _account(
         self,
@@ -552,18 +554,9 @@ class Agent:
         node = self.store.node(self.options.node_name)
         if node is None:
             return
-        body = events.body(
-            events.involved(node, "v1", "Node"),
-            type="Warning" if warning else "Normal",
-            reason=reason,
-            message=message,
-            component="metallb-speaker",
-            instance=self.options.node_name,
-            now=kube.timestamp(),
-            name_suffix=random_names.token_hex(8),
+        body = _event_body(
+            node, reason, message, self.options.node_name, kind="Node", warning=warning
         )
-        # A Node has no namespace: its Events live in `default`, as the kubelet's do.
-        body["metadata"]["namespace"] = "default"
         self._post_soon(body)
 
     def _post_soon(self, body: dict[str, Any]) -> None:
@@ -800,10 +793,18 @@ def _decoded(data: Any, key: str) -> str | None:
         return None
 
 
-def _event_body(service: Mapping[str, Any], reason: str, message: str, node: str) -> dict[str, Any]:
-    return events.body(
-        events.involved(service, "v1", "Service"),
-        type="Normal",
+def _event_body(
+    about: Mapping[str, Any],
+    reason: str,
+    message: str,
+    node: str,
+    *,
+    kind: str = "Service",
+    warning: bool = False,
+) -> dict[str, Any]:
+    body = events.body(
+        events.involved(about, "v1", kind),
+        type="Warning" if warning else "Normal",
         reason=reason,
         message=message,
         component="metallb-speaker",
@@ -811,6 +812,10 @@ def _event_body(service: Mapping[str, Any], reason: str, message: str, node: str
         now=kube.timestamp(),
         name_suffix=random_names.token_hex(8),
     )
+    if kind == "Node":
+        # A Node has no namespace: its Events live in `default`, as the kubelet's do.
+        body["metadata"]["namespace"] = "default"
+    return body
 
 
 async def run(

@@ -41,6 +41,7 @@ TIMEOUT_S = 1.0
 RATE_PER_S = 100.0
 RECHECK_S = 5.0  # a confirmed Local Service is asked again this often (a lagging one each round)
 FAIL_AFTER = 2
+NOT_PROBED = "kube-proxy not probed yet"  # the first failure says why at once
 CONCURRENCY = 8
 
 
@@ -109,7 +110,7 @@ class Prober:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     node_ip: str | None = None
     proxy_ready: bool = False
-    message: str = "kube-proxy not probed yet"
+    message: str = NOT_PROBED
     _failures: int = 0
     _targets: dict[str, _Target] = field(default_factory=dict)
     _budget: float = 0.0
@@ -172,7 +173,7 @@ class Prober:
             self._set_proxy(True, "kube-proxy answers healthy")
             return
         self._failures += 1
-        if self._failures >= self.fail_after or self.message == "kube-proxy not probed yet":
+        if self._failures >= self.fail_after or self.message == NOT_PROBED:
             self._set_proxy(False, f"kube-proxy /healthz at {url}: {answer.describe()}")
 
     def _set_proxy(self, ready: bool, message: str) -> None:
@@ -186,7 +187,6 @@ class Prober:
             )
             self.proxy_ready = ready
             self._ready_gauge.set(1 if ready else 0)
-            self.message = message
             self.changed.set()
         self.message = message
 
