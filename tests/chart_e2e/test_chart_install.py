@@ -22,6 +22,7 @@ import pytest
 
 from hack import images, objects
 from hack import lab as network_lab
+from speaker import election
 from tests.integration import chart_support
 
 pytestmark = pytest.mark.e2e
@@ -178,7 +179,12 @@ def test_an_l2_vip_answered_by_a_speaker_pod_reaches_a_pod_through_kube_proxy(
     objects.create_service(lab, "chart-app", APP, local=True)
     objects.set_backends(lab, "chart-app", APP, [1, 2])
     release.vip = vip = objects.ingress(lab, "chart-app", APP, 1)[0]
-    owner = objects.wait_until("a speaker to own the VIP", lambda: _owner(lab))
+    # Each node announces a Local Service only once its own kube-proxy confirmed the endpoint:
+    # the first node to confirm may own it for a moment before the elected one takes over.
+    elected = election.owner(vip, lab.node_names[:2])
+    owner = objects.wait_until(
+        f"{elected} to own the VIP", lambda: _owner(lab) if _owner(lab) == elected else None
+    )
     answer = objects.wait_until("an answer", lambda: objects.request(lab, vip), timeout=30)
     pod, node, client = answer.split()
     # Local policy: the owner's own endpoint answers, and it saw the client's address.
