@@ -6,9 +6,11 @@ Pods it makes Running and Ready. M LoadBalancer Services, half in an L2 pool and
 pool, one in five `externalTrafficPolicy: Local`, each with P Pods bound to the fake Nodes; a
 quarter of the Local ones instead select one real Pod on each lab node (so some Local Services
 are announced; a Local Service whose Pods are all on fake Nodes has no speaker to announce it,
-as in a cluster where no speaker runs beside its Pods). EndpointSlices come from
-kube-controller-manager. Nodes and Pods exist before the clock starts; the Services are created
-at t0 (concurrently), and then:
+as in a cluster where no speaker runs beside its Pods); the others select one of G Pod groups
+(`--groups`, default min(M, 1,000)) in turn, P Pods each. EndpointSlices come from
+kube-controller-manager. Nodes, Pods and the M Services exist before the clock starts: the
+Services name pools that do not exist yet, and the controller and speakers start and settle with
+them pending. At t0 the two pools are created (one request), and then:
 
 * `assign_all_s`: until every Service has an ingress address (a watch on the Services);
 * `routes_all_s`: until the ToR's kernel FIB holds a /32 for every BGP Service that should be
@@ -26,11 +28,12 @@ at t0 (concurrently), and then:
   converging part and the idle window. The apiserver's own `apiserver_request_total` has no
   client label, so it cannot tell the speakers from kube-proxy, kwok and the controller.
 
-    python -m bench.scale [--quick] [--nodes N] [--services M] [--pods P] [--idle S]
+    python -m bench.scale [--quick] [--nodes N] [--services M] [--groups G] [--pods P] [--idle S]
 
-`--quick`: N = 100, M = 1,000, P = 1 (the measured part takes under a minute; the lab's
-start-up, kwok's Nodes and the Pods before t0 are not measured and not counted in it).
-Full: N = 1,000, M = 10,000, P = 1. The last line printed is one JSON object.
+`--quick`: N = 100, M = 1,000, G = 1,000, P = 1 (the measured part takes under a minute; the
+lab's start-up, kwok's Nodes, the Pods and the Services before t0 are not measured and not
+counted in it). Full: N = 1,000, M = 10,000, G = 1,000, P = 1. The last line printed is one
+JSON object.
 """
 
 from __future__ import annotations
@@ -104,9 +107,17 @@ class Planned:
         return self.app == LAB_BACKEND
 
 
-def plan(services: int) -> list[Planned]:
+def group(i: int, groups: int) -> str:
+    """The app label of the i-th Pod group (`groups` of them, like Deployments)."""
+    return f"g{i % groups:05d}"
+
+
+def plan(services: int, groups: int | None = None) -> list[Planned]:
     """The Services: L2 and BGP alternate; every LOCAL_EVERY-th is Local, and every
-    LAB_LOCAL_EVERY-th of those selects the lab's Pods."""
+    LAB_LOCAL_EVERY-th of those selects the lab's Pods; the others select one of `groups` Pod
+    groups in turn (default: one each), so several Services may front the same Pods, as
+    Services of one app do (each still gets EndpointSlices of its own)."""
+    groups = groups or services
     out = []
     for i in range(services):
         name = f"s{i:05d}"
@@ -115,7 +126,12 @@ def plan(services: int) -> list[Planned]:
         # pair selects the lab's Pods, so both modes have announced Local Services.
         lab_backed = local and (i // LOCAL_EVERY) % (2 * LAB_LOCAL_EVERY) in (0, 1)
         out.append(
-            Planned(name, "l2" if i % 2 == 0 else "bgp", local, LAB_BACKEND if lab_backed else name)
+            Planned(
+                name,
+                "l2" if i % 2 == 0 else "bgp",
+                local,
+                LAB_BACKEND if lab_backed else group(i, groups),
+            )
         )
     return out
 
@@ -168,15 +184,23 @@ def service(p: Planned) -> dict[str, Any]:
     }
 
 
-def configuration() -> list[dict[str, Any]]:
+def pools() -> list[dict[str, Any]]:
+    """The two pools: created at t0, they are what the pending Services were waiting for."""
     return [
         objects.metallb(
             "IPAddressPool", L2_POOL, {"addresses": [str(L2_NET)], "autoAssign": False}
         ),
-        objects.metallb("L2Advertisement", L2_POOL, {"ipAddressPools": [L2_POOL]}),
         objects.metallb(
             "IPAddressPool", BGP_POOL, {"addresses": [str(BGP_NET)], "autoAssign": False}
         ),
+    ]
+
+
+def configuration() -> list[dict[str, Any]]:
+    """Everything but the pools (MetalLB, and so ironlb, accept references to pools that do not
+    exist yet: they are ignored until they do)."""
+    return [
+        objects.metallb("L2Advertisement", L2_POOL, {"ipAddressPools": [L2_POOL]}),
         objects.metallb(
             "BGPPeer",
             "scale-tor",
@@ -429,6 +453,22 @@ def cpu_s(pid: int) -> float | None:
     return None if sample is None else sample.cpu_s
 
 
+def wait_quiet(pid: int, timeout: float) -> float | None:
+    """Until the process uses under 10 % of a core over half a second: how long that took, or
+    None if it did not before `timeout`."""
+    started = time.monotonic()
+    last = cpu_s(pid)
+    while time.monotonic() - started < timeout:
+        time.sleep(0.5)
+        now = cpu_s(pid)
+        if now is None or last is None:
+            return None
+        if now - last < 0.05:
+            return round(time.monotonic() - started, 1)
+        last = now
+    return None
+
+
 # --- the run --------------------------------------------------------------------------------------
 
 
@@ -437,6 +477,7 @@ class Sizes:
     nodes: int
     services: int
     pods: int
+    groups: int
     idle_s: float
     quick: bool
 
@@ -479,24 +520,14 @@ def run(lab: network_lab.Lab, sizes: Sizes, r: dict[str, Any], phases: dict[str,
         phase("kwok_nodes")
 
         lab.kubectl("create", "namespace", APP_NS)
-        objects.apply(lab, *configuration())
-        deployment = deploy.Deployment(lab)
-        deployment.start_controller()
-        for i in range(1, lab.nodes + 1):
-            deployment.start_speaker(i)
-        everyone = bgp_bench.node_addresses(lab, range(1, lab.nodes + 1))
-        objects.wait_until(
-            "every speaker's BGP session", lambda: bgp_bench.tor_established(lab) >= everyone, 60
-        )
-        phase("ironlb_up")
-
-        planned = plan(sizes.services)
+        planned = plan(sizes.services, sizes.groups)
         want = expected(planned, lab.nodes)
         objects.set_backends(lab, APP_NS, LAB_BACKEND, list(range(1, lab.nodes + 1)))
         names = [kwok.node_name(i) for i in range(1, sizes.nodes + 1)]
+        apps = sorted({p.app for p in planned if not p.lab_backed})
         pods = [
-            kwok.pod(APP_NS, f"{p.app}-{k}", p.app, names[(n * sizes.pods + k) % len(names)])
-            for n, p in enumerate(x for x in planned if not x.lab_backed)
+            kwok.pod(APP_NS, f"{app}-{k}", app, names[(n * sizes.pods + k) % len(names)])
+            for n, app in enumerate(apps)
             for k in range(sizes.pods)
         ]
         asyncio.run(create_all(lab, [(kube.core_path("pods", APP_NS), pod) for pod in pods]))
@@ -510,24 +541,49 @@ def run(lab: network_lab.Lab, sizes: Sizes, r: dict[str, Any], phases: dict[str,
         )
         phase("pods_ready")
 
+        # The Services exist before ironlb starts, waiting for pools that do not exist yet:
+        # creating 10,000 Services takes minutes on two cores, and what is measured is
+        # ironlb's answer to a burst, not the client's creation rate.
+        asyncio.run(
+            create_all(lab, [(kube.core_path("services", APP_NS), service(p)) for p in planned])
+        )
+        phase("services_created")
+
+        objects.apply(lab, *configuration())
+        deployment = deploy.Deployment(lab)
+        deployment.start_controller()
+        for i in range(1, lab.nodes + 1):
+            deployment.start_speaker(i)
+        everyone = bgp_bench.node_addresses(lab, range(1, lab.nodes + 1))
+        objects.wait_until(
+            "every speaker's BGP session",
+            lambda: bgp_bench.tor_established(lab) >= everyone,
+            60 + sizes.services / 100,
+        )
+        phase("ironlb_up")
+
         fib = bgp_bench.Fib(lab, [str(BGP_NET)], str(BGP_NET), lab.nodes)
         services = Watch(lab, f"/api/v1/namespaces/{APP_NS}/services")
         l2 = Watch(lab, f"/apis/metallb.io/v1beta1/namespaces/{NS}/servicel2statuses")
         bgp = Watch(lab, f"/apis/metallb.io/v1beta1/namespaces/{NS}/servicebgpstatuses")
         watches += [services, l2, bgp]
-        # Settle: the speakers' start-up work is not part of what is measured.
-        bgp_bench.wait_idle(lab, deployment, timeout=30)
+        # Settle: the start-up work (listing 10,000 pending Services) is not what is measured.
+        settled_s, settled, _ = bgp_bench.wait_idle(
+            lab, deployment, timeout=60 + sizes.services / 100
+        )
+        assert deployment.controller is not None
+        controller_s = wait_quiet(deployment.controller.pid, timeout=60 + sizes.services / 100)
+        r["settled_before_t0_s"] = round(settled_s, 1) if settled else None
+        r["controller_settled_before_t0_s"] = controller_s
+        phase("settled")
         before = bgp_bench.Usage.take(lab, deployment)
         say(
-            f"creating {sizes.services} Services ({len(want.l2_services)} L2 and "
-            f"{len(want.bgp_services)} BGP of them to be announced)"
+            f"creating the pools for {sizes.services} pending Services "
+            f"({len(want.l2_services)} L2 and {len(want.bgp_services)} BGP of them to be "
+            "announced)"
         )
         t0, t0_wall = time.monotonic(), time.time()
-        asyncio.run(
-            create_all(lab, [(kube.core_path("services", APP_NS), service(p)) for p in planned])
-        )
-        created = time.monotonic() - t0
-        say(f"created in {created:.1f} s")
+        objects.apply(lab, *pools())
         budget = 60 + sizes.services / 50
 
         assigned = services.wait(
@@ -661,7 +717,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="100 Nodes, 1,000 Services")
     parser.add_argument("--nodes", type=int, default=None, help="kwok Nodes (1,000)")
     parser.add_argument("--services", type=int, default=None, help="Services (10,000)")
-    parser.add_argument("--pods", type=int, default=1, help="Pods per Service (1)")
+    parser.add_argument("--pods", type=int, default=1, help="Pods per group (1)")
+    parser.add_argument(
+        "--groups", type=int, default=None, help="Pod groups the Services select (1,000)"
+    )
     parser.add_argument("--idle", type=float, default=None, help="idle window, s (60; quick 15)")
     parser.add_argument("--logs", type=Path, default=None, help="copy the lab's logs here")
     args = parser.parse_args(argv)
@@ -669,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
         nodes=args.nodes or (100 if args.quick else 1000),
         services=args.services or (1000 if args.quick else 10000),
         pods=args.pods,
+        groups=args.groups or min(1000, args.services or (1000 if args.quick else 10000)),
         idle_s=args.idle or (15.0 if args.quick else 60.0),
         quick=args.quick,
     )
@@ -676,8 +736,9 @@ def main(argv: list[str] | None = None) -> int:
         not 1 <= sizes.nodes <= 5000
         or not 1 <= sizes.services <= 20000
         or not 1 <= sizes.pods <= 10
+        or not 1 <= sizes.groups <= sizes.services
     ):
-        parser.error("--nodes 1..5000, --services 1..20000, --pods 1..10")
+        parser.error("--nodes 1..5000, --services 1..20000, --pods 1..10, --groups 1..services")
     signal.signal(signal.SIGTERM, _interrupt)
     r: dict[str, Any] = {}
     phases: dict[str, float] = {}
@@ -725,7 +786,8 @@ def summarise(
         "incomplete": incomplete,
         "nodes": sizes.nodes,
         "services": sizes.services,
-        "pods_per_service": sizes.pods,
+        "pod_groups": sizes.groups,
+        "pods_per_group": sizes.pods,
         "speaker_rss_mb": r.get("speaker_rss_mb"),
         "controller_rss_mb": r.get("controller_rss_mb"),
         "assign_all_s": r.get("assign_all_s"),

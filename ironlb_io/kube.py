@@ -338,15 +338,22 @@ class Client:
         return result
 
     async def list(
-        self, path: str, params: Mapping[str, str] | None = None, *, chunk: int = LIST_CHUNK
+        self,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        *,
+        chunk: int = LIST_CHUNK,
+        keep: Callable[[Object], Object] | None = None,
     ) -> tuple[list[Object], str]:
-        """Every item (following `continue`) and the list's resourceVersion."""
+        """Every item (following `continue`) and the list's resourceVersion; `keep`, if
+        given, replaces each item as its page arrives (a slim copy)."""
         items: list[Object] = []
         query = dict(params or {})
         query["limit"] = str(chunk)
         while True:
             page = await self.get(path, query)
-            items.extend(page.get("items") or [])
+            found = page.get("items") or []
+            items.extend(found if keep is None else (keep(item) for item in found))
             meta = page.get("metadata") or {}
             token = meta.get("continue")
             if not token:

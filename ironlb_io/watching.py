@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ironlb import services
@@ -32,8 +32,15 @@ Replace = Callable[[str, list[Mapping[str, Any]]], None]  # kind, every object a
 
 @dataclass(frozen=True, slots=True)
 class Source:
+    """One collection to list and watch. `params` narrows it (a label selector); `keep`, if
+    given, is applied to each listed item as its page arrives, so that a LIST of 10,000 full
+    objects is never held at once when only a slim copy of each is kept (the heap a whole
+    LIST leaves behind is not given back to the system)."""
+
     kind: str
     path: str
+    params: tuple[tuple[str, str], ...] = ()
+    keep: Callable[[Mapping[str, Any]], dict[str, Any]] | None = field(default=None, compare=False)
 
 
 class Gone(Exception):
@@ -41,8 +48,13 @@ class Gone(Exception):
 
 
 async def list_kind(client: kube.Client, source: Source) -> tuple[list[Mapping[str, Any]], str]:
-    items, version = await client.list(source.path)
-    return [{**item, "kind": item.get("kind") or source.kind} for item in items], version
+    def kept(item: dict[str, Any]) -> dict[str, Any]:
+        typed = {**item, "kind": item.get("kind") or source.kind}
+        return typed if source.keep is None else source.keep(typed)
+
+    items, version = await client.list(source.path, dict(source.params), keep=kept)
+    out: list[Mapping[str, Any]] = list(items)
+    return out, version
 
 
 async def follow(
@@ -91,6 +103,7 @@ async def _watch_once(
     if not cursor[0]:
         raise Gone()
     params = {
+        **dict(source.params),
         "resourceVersion": cursor[0],
         "allowWatchBookmarks": "true",
         "timeoutSeconds": str(WATCH_TIMEOUT_S),

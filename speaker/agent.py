@@ -25,6 +25,7 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import functools
 import gc
 import logging
 import secrets as random_names
@@ -37,6 +38,7 @@ from typing import Any, Protocol
 import prometheus_client
 
 from ironlb import addresses, backoff, configuration_state, datapath, events, model, services
+from ironlb import annotations as keys
 from ironlb.problems import Problem
 from ironlb_io import configuration_states, kube, watching
 from speaker import datapath_probing, desired, explaining, health, snapshot, status
@@ -221,16 +223,27 @@ class Agent:
 
     def sources(self) -> list[watching.Source]:
         ns = self.options.namespace
+
+        def source(
+            kind: str, path: str, params: tuple[tuple[str, str], ...] = ()
+        ) -> watching.Source:
+            return watching.Source(kind, path, params, keep=functools.partial(snapshot.slim, kind))
+
         found = [
-            watching.Source("Service", kube.core_path("services")),
-            watching.Source("Node", kube.core_path("nodes")),
-            watching.Source("EndpointSlice", "/apis/discovery.k8s.io/v1/endpointslices"),
+            source("Service", kube.core_path("services")),
+            source("Node", kube.core_path("nodes")),
+            source("EndpointSlice", "/apis/discovery.k8s.io/v1/endpointslices"),
         ]
         for kind in (*model.CONFIG_KINDS, model.SERVICE_L2_STATUS, model.SERVICE_BGP_STATUS):
             plural, versions = model.RESOURCES[kind]
-            found.append(
-                watching.Source(kind, kube.group_path(model.GROUP, versions[-1], plural, ns))
+            # Every node's ServiceL2Status matters (a new owner deletes the old one's); of the
+            # ServiceBGPStatuses, one per announcing node and Service, only our own do.
+            mine = (
+                (("labelSelector", f"{keys.STATUS_NODE}={self.options.node_name}"),)
+                if kind == model.SERVICE_BGP_STATUS
+                else ()
             )
+            found.append(source(kind, kube.group_path(model.GROUP, versions[-1], plural, ns), mine))
         return found
 
     async def load(self) -> dict[watching.Source, str]:

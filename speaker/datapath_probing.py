@@ -39,7 +39,11 @@ DEFAULT_HEALTHZ_URL = "http://{node_ip}:10256/healthz"
 INTERVAL_S = 0.5
 TIMEOUT_S = 1.0
 RATE_PER_S = 100.0
-RECHECK_S = 5.0  # a confirmed Local Service is asked again this often (a lagging one each round)
+RECHECK_S = 5.0  # a confirmed Local Service is asked again at most this often...
+# ...and confirmed ones are asked again at most this many a second in all, oldest first: a
+# safety net (a change of endpoints is seen in the EndpointSlices and probed at once), so it
+# must not cost an idle speaker with thousands of Local Services more than a little CPU.
+RECHECK_PER_S = 2.0
 FAIL_AFTER = 2
 NOT_PROBED = "kube-proxy not probed yet"  # the first failure says why at once
 CONCURRENCY = 8
@@ -105,6 +109,7 @@ class Prober:
     timeout: float = TIMEOUT_S
     rate: float = RATE_PER_S
     recheck: float = RECHECK_S
+    recheck_rate: float = RECHECK_PER_S
     fail_after: int = FAIL_AFTER
     registry: prometheus_client.CollectorRegistry | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -114,6 +119,7 @@ class Prober:
     _failures: int = 0
     _targets: dict[str, _Target] = field(default_factory=dict)
     _budget: float = 0.0
+    _recheck_budget: float = 0.0
 
     def __post_init__(self) -> None:
         if self.check == datapath.Check.ENDPOINTS:
@@ -192,19 +198,33 @@ class Prober:
 
     async def _probe_services(self, now: float) -> None:
         """Up to `rate` x `interval` Services' ports this round: never-probed first, then the
-        lagging ones, then confirmed ones not asked for `recheck` seconds (an idle node with
-        many Local Services probes a few a second, not `rate`)."""
-        self._budget = min(self._budget + self.rate * self.interval, self.rate * self.interval)
-        due = sorted(
+        lagging ones (every round), then, within `recheck_rate`, confirmed ones not asked for
+        `recheck` seconds, the longest unasked first (an idle node with thousands of Local
+        Services asks a couple a second, not `rate`)."""
+        per_round = self.rate * self.interval
+        self._budget = min(self._budget + per_round, per_round)
+        recheck_round = max(1.0, self.recheck_rate * self.interval)
+        self._recheck_budget = min(
+            self._recheck_budget + self.recheck_rate * self.interval, recheck_round
+        )
+        lagging = sorted(
+            ((key, target) for key, target in self._targets.items() if not target.ok),
+            key=lambda kv: (kv[1].ok is not None, kv[1].probed_at),
+        )
+        stale = sorted(
             (
                 (key, target)
                 for key, target in self._targets.items()
-                if not target.ok or now - target.probed_at >= self.recheck
+                if target.ok and now - target.probed_at >= self.recheck
             ),
-            key=lambda kv: (kv[1].ok is not None, kv[1].ok is True, kv[1].probed_at),
+            key=lambda kv: kv[1].probed_at,
         )
-        batch = due[: int(self._budget)]
+        batch = lagging[: int(self._budget)]
+        room = min(int(self._budget) - len(batch), int(self._recheck_budget))
+        rechecked = stale[: max(0, room)]
+        batch += rechecked
         self._budget -= len(batch)
+        self._recheck_budget -= len(rechecked)
         if not batch:
             return
         gate = asyncio.Semaphore(CONCURRENCY)

@@ -147,7 +147,8 @@ def test_url_for_brackets_ipv6() -> None:
 
 
 async def test_confirmed_services_are_asked_again_only_after_recheck(server: Server) -> None:
-    p = prober(server, rate=1000.0, recheck=5.0)  # budget 20 per round: not the limit here
+    # Budgets of 20 per round and 2 rechecks per round: not the limit here.
+    p = prober(server, rate=1000.0, recheck=5.0, recheck_rate=100.0)
     server.status["/"] = 200
     p.set_targets("127.0.0.1", {"ns/a": server.port, "ns/b": server.port})
     await p._probe_services(0.0)
@@ -161,3 +162,29 @@ async def test_confirmed_services_are_asked_again_only_after_recheck(server: Ser
     assert p.readiness().unready_local == {"ns/a", "ns/b"}
     await p._probe_services(5.5)  # lagging ones: every round
     assert server.hits["/"] == 6
+
+
+async def test_rechecks_of_confirmed_services_are_bounded_oldest_first(server: Server) -> None:
+    # 1,000/s x 0.02 s = 20 probes a round, but rechecks at 50/s x 0.02 s = 1 a round.
+    p = prober(server, rate=1000.0, recheck=5.0, recheck_rate=50.0)
+    server.status["/"] = 200
+    p.set_targets("127.0.0.1", {f"ns/s{i}": server.port for i in range(6)})
+    await p._probe_services(0.0)
+    assert server.hits["/"] == 6
+    p._targets["ns/s3"].probed_at = -1.0  # asked longest ago
+    await p._probe_services(10.0)
+    assert server.hits["/"] == 7
+    assert p._targets["ns/s3"].probed_at == 10.0  # the oldest went first
+    for round_ in range(5):
+        await p._probe_services(10.1 + round_ / 10)
+    assert server.hits["/"] == 12  # one a round until every stale one was asked again
+    await p._probe_services(11.0)
+    assert server.hits["/"] == 12  # none is stale any more
+    # A lagging one is not held back by the recheck budget.
+    server.status["/"] = 503
+    p.set_targets(
+        "127.0.0.1", {**{f"ns/s{i}": server.port for i in range(6)}, "ns/new": server.port}
+    )
+    await p._probe_services(11.1)
+    assert server.hits["/"] == 13
+    assert "ns/new" in p.readiness().unready_local

@@ -103,7 +103,16 @@ def test_service_objects() -> None:
         "metallb.io/address-pool": scale.L2_POOL
     }
     assert body["spec"]["allocateLoadBalancerNodePorts"] is False
-    assert body["spec"]["selector"] == {"app": bgp.name}
+    assert body["spec"]["selector"] == {"app": bgp.app}
+
+
+def test_services_share_pod_groups_in_turn() -> None:
+    planned = scale.plan(40, groups=4)
+    groups = {p.app for p in planned if not p.lab_backed}
+    assert groups == {scale.group(i, 4) for i in range(4)}
+    # One group each by default.
+    alone = scale.plan(40)
+    assert len({p.app for p in alone if not p.lab_backed}) == 40 - 2
 
 
 def event(

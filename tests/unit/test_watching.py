@@ -8,7 +8,7 @@ seen, after a pause."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import pytest
@@ -29,13 +29,23 @@ class Script:
         self.streams = streams
         self.lists = lists
         self.watched_from: list[str] = []
+        self.watched_with: list[dict[str, str]] = []
+        self.listed_with: list[dict[str, str]] = []
         self.done = asyncio.Event()
 
-    async def list(self, path: str) -> tuple[list[Any], str]:
-        return self.lists.pop(0)
+    async def list(
+        self,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        keep: Callable[[Any], Any] | None = None,
+    ) -> tuple[list[Any], str]:
+        self.listed_with.append(dict(params or {}))
+        items, version = self.lists.pop(0)
+        return [item if keep is None else keep(item) for item in items], version
 
     async def watch(self, path: str, params: Mapping[str, str]) -> AsyncIterator[Any]:
         self.watched_from.append(params["resourceVersion"])
+        self.watched_with.append(dict(params))
         if not self.streams:
             self.done.set()
             await asyncio.Event().wait()
@@ -45,7 +55,9 @@ class Script:
             yield item
 
 
-def play(script: Script) -> tuple[list[tuple[str, str]], list[list[str]]]:
+def play(
+    script: Script, source: watching.Source = SOURCE
+) -> tuple[list[tuple[str, str]], list[list[str]]]:
     seen: list[tuple[str, str]] = []
     relists: list[list[str]] = []
 
@@ -53,7 +65,7 @@ def play(script: Script) -> tuple[list[tuple[str, str]], list[list[str]]]:
         task = asyncio.create_task(
             watching.follow(
                 script,  # type: ignore[arg-type]
-                SOURCE,
+                source,
                 "10",
                 lambda kind, event, o: seen.append((event, o["metadata"]["name"])),
                 lambda kind, items: relists.append([i["metadata"]["name"] for i in items]),
@@ -111,3 +123,20 @@ def test_other_failures_resume_from_the_same_version_after_a_pause() -> None:
     seen, relists = play(script)
     assert seen == [("ADDED", "x")] and relists == []
     assert script.watched_from == ["10", "12", "12"]
+
+
+def test_a_narrowed_source_lists_and_watches_with_its_selector_and_keeps_slim_copies() -> None:
+    def slim(item: Any) -> dict[str, Any]:
+        return {"kind": item["kind"], "metadata": {"name": item["metadata"]["name"] + "-slim"}}
+
+    source = watching.Source("Service", "/api/v1/services", (("labelSelector", "a=b"),), keep=slim)
+    script = Script(
+        [[{"type": "ERROR", "object": {"kind": "Status", "code": 410}}]],
+        [([obj("kept", "90")], "100")],
+    )
+    _, relists = play(script, source)
+    # The relist hands over what `keep` made of each item, typed with the source's kind.
+    assert relists == [["kept-slim"]]
+    assert script.listed_with == [{"labelSelector": "a=b"}]
+    assert all(params["labelSelector"] == "a=b" for params in script.watched_with)
+    assert script.watched_from == ["10", "100"]
