@@ -52,13 +52,16 @@ STATUS_CONCURRENCY = 8
 # Status objects and Events wait (at most this long) until ExaBGP took the routes: on a busy
 # node the routes matter more than the API writes that describe them.
 SETTLE_WAIT_S = 10.0
+EVENT_HOLD_S = 30.0  # the longest an Event waits for the status writer to be done
 EVENT_CONCURRENCY = 4
 TICK_S = 10.0
 CONFLICT_POLL_S = 0.2  # a rogue answer for an owned address is reported within a second
 SECRETS_EVERY_S = 30.0
 # Every watched input reaches a pass through its watch (or a relist): this pass is only a
-# safety net, and at 10,000 Services it costs ~0.5 s, so not every 10 s.
-RESYNC_S = 60.0
+# safety net, and at 10,000 Services it costs ~0.4 s, which every minute would be most of an
+# idle speaker's CPU (MetalLB's informers resync every 10 hours).
+RESYNC_S = 300.0
+STATE_REFRESH_S = 60.0  # our ConfigurationState is read back (one GET) this often
 
 REGISTRY = prometheus_client.CollectorRegistry()
 ANNOUNCED = prometheus_client.Gauge(
@@ -162,6 +165,8 @@ class Agent:
     # Layer 2: (namespace, name) -> the nodes elected for one of the Service's addresses.
     _l2_announcers: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     _status_dirty: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set while the status writer has nothing left to write: Events wait for it (bounded).
+    _status_quiet: asyncio.Event = field(default_factory=asyncio.Event)
     _event_gate: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(EVENT_CONCURRENCY)
     )
@@ -585,9 +590,12 @@ class Agent:
         self._post_soon(_event_body(svc, "nodeAssigned", message, self.options.node_name))
 
     async def _post(self, body: dict[str, Any]) -> None:
-        # A few at a time: 10,000 Services announced at once must not be 10,000 requests
-        # racing the status writer for the API server.
+        # A few at a time, and after the status objects: 10,000 Services announced at once
+        # must not be 10,000 requests racing the status writer for the API server (status is
+        # what readers and alerts rely on; an Event is a note). Bounded, so never lost.
         await self._settled()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._status_quiet.wait(), EVENT_HOLD_S)
         async with self._event_gate:
             try:
                 await self.client.create(
@@ -604,7 +612,10 @@ class Agent:
         """Converge our status objects on what the latest pass wanted; a failed write is
         retried after a second, a newer wish replaces an older one."""
         while True:
+            if not self._status_dirty.is_set():
+                self._status_quiet.set()
             await self._status_dirty.wait()
+            self._status_quiet.clear()
             await self._settled()
             self._status_dirty.clear()
             began = time.monotonic()
@@ -743,11 +754,12 @@ class Agent:
         """Secrets are polled (they are not watched: only names and BGP passwords matter), and
         a full pass runs now and then although no input changed, as an informer's resync does:
         the plans are pure, so it can only repair, never disturb."""
-        since_secrets = since_pass = 0.0
+        since_secrets = since_pass = since_state = 0.0
         while True:
             await asyncio.sleep(TICK_S)
             since_secrets += TICK_S
             since_pass += TICK_S
+            since_state += TICK_S
             if since_secrets >= SECRETS_EVERY_S:
                 since_secrets = 0.0
                 with contextlib.suppress(kube.ApiError):
@@ -755,6 +767,8 @@ class Agent:
             if since_pass >= RESYNC_S:
                 since_pass = 0.0
                 self.dirty.set()
+            if since_state >= STATE_REFRESH_S:
+                since_state = 0.0
                 # One GET of our ConfigurationState: a deleted or edited one is put back.
                 self._state_refresh = True
                 self._state_dirty.set()
