@@ -453,6 +453,42 @@ def cpu_s(pid: int) -> float | None:
     return None if sample is None else sample.cpu_s
 
 
+# Who else uses the two cores: the lab's processes by the start of their command line.
+CLUSTER_ROLES = (
+    ("kube-apiserver", "/kube-apiserver"),
+    ("etcd", "/etcd"),
+    ("kube-proxy", "/kube-proxy"),
+    ("kube-controller-manager", "/kube-controller-manager"),
+    ("kwok", "/kwok"),
+)
+
+
+def cluster_cpu(controller_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of the control plane's processes, kube-proxy (all nodes), kwok and
+    our controller, by role (from /proc: each process's first argument)."""
+    out: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+        except OSError:
+            continue
+        role = next((r for r, tail in CLUSTER_ROLES if argv0.endswith(tail)), None)
+        if int(entry.name) == controller_pid:
+            role = "ironlb-controller"
+        if role is None:
+            continue
+        used = cpu_s(int(entry.name))
+        if used is not None:
+            out[role] = out.get(role, 0.0) + used
+    return out
+
+
+def cpu_between(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    return {k: round(v - before.get(k, 0.0), 2) for k, v in sorted(after.items())}
+
+
 def wait_quiet(pid: int, timeout: float) -> float | None:
     """Until the process uses under 10 % of a core over half a second: how long that took, or
     None if it did not before `timeout`."""
@@ -577,6 +613,7 @@ def run(lab: network_lab.Lab, sizes: Sizes, r: dict[str, Any], phases: dict[str,
         r["controller_settled_before_t0_s"] = controller_s
         phase("settled")
         before = bgp_bench.Usage.take(lab, deployment)
+        cluster_before = cluster_cpu(deployment.controller.pid)
         say(
             f"creating the pools for {sizes.services} pending Services "
             f"({len(want.l2_services)} L2 and {len(want.bgp_services)} BGP of them to be "
@@ -619,6 +656,13 @@ def run(lab: network_lab.Lab, sizes: Sizes, r: dict[str, Any], phases: dict[str,
         end_converging, end_converging_wall = time.monotonic(), time.time()
         after = bgp_bench.Usage.take(lab, deployment)
         r["cpu_converging"] = after.cpu_since(before)
+        r["cpu_converging_cluster"] = cpu_between(
+            cluster_before, cluster_cpu(deployment.controller.pid)
+        )
+        # What the speakers still do once every status object is written (Events wait for
+        # the status writer) is converging too: the idle window starts when they are quiet.
+        quiet_s, quiet, _ = bgp_bench.wait_idle(lab, deployment, timeout=60 + sizes.services / 50)
+        r["speakers_quiet_after_status_s"] = round(quiet_s, 1) if quiet else None
 
         # Idle: nothing changes but kwok's lease renewals (and the heartbeat stage).
         idle_start, idle_wall = time.monotonic(), time.time()
