@@ -13,6 +13,7 @@ Bad objects are dropped with Problems, never raised.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,9 +42,16 @@ def _pick(mapping: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
     return {n: mapping[n] for n in names if n in mapping}
 
 
+def _shared_pick(mapping: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    picked = _pick(mapping, names)
+    return _share(("pick", *picked.items()), picked)  # type: ignore[no-any-return]
+
+
 def _slim_metadata(obj: Object, *, annotations: bool) -> dict[str, Any]:
     meta = _map(obj.get("metadata"))
     out = _pick(meta, ("name", "namespace", "uid", "resourceVersion", "labels"))
+    if isinstance(out.get("namespace"), str):
+        out["namespace"] = sys.intern(out["namespace"])
     notes = meta.get("annotations")
     if annotations and isinstance(notes, Mapping):
         # Only MetalLB's own keys are read; last-applied-configuration alone can be kilobytes.
@@ -53,6 +61,26 @@ def _slim_metadata(obj: Object, *, annotations: bool) -> dict[str, Any]:
             if isinstance(k, str) and k.startswith((keys.NEW_PREFIX, keys.LEGACY_PREFIX))
         }
     return out
+
+
+# Slim parts that thousands of objects have in common (an endpoint on a node with the same
+# conditions, a Service's spec) are kept once and shared: they are never modified in place
+# (the Store replaces whole objects). Bounded: cleared when it grows past this many entries.
+_SHARED_MAX = 50_000
+_shared: dict[Any, Any] = {}
+
+
+def _share(key: Any, value: Any) -> Any:
+    try:
+        found = _shared.get(key)
+    except TypeError:  # an unhashable part (bad input): kept as it is
+        return value
+    if found is not None:
+        return found
+    if len(_shared) >= _SHARED_MAX:
+        _shared.clear()
+    _shared[key] = value
+    return value
 
 
 def _slim_endpoint(e: Any) -> Any:
@@ -65,7 +93,17 @@ def _slim_endpoint(e: Any) -> Any:
     out["conditions"] = (
         _pick(conditions, ("ready", "serving")) if isinstance(conditions, Mapping) else conditions
     )
-    return out
+    conditions = out["conditions"]
+    key = (
+        "endpoint",
+        out["addresses"],
+        out.get("nodeName", _ABSENT),
+        tuple(sorted(conditions.items())) if isinstance(conditions, Mapping) else conditions,
+    )
+    return _share(key, out)
+
+
+_ABSENT = object()
 
 
 def slim(kind: str, obj: Object) -> dict[str, Any]:
@@ -76,9 +114,8 @@ def slim(kind: str, obj: Object) -> dict[str, Any]:
         return {
             "kind": kind,
             "metadata": _slim_metadata(obj, annotations=True),
-            "spec": _pick(
-                spec,
-                ("type", "loadBalancerClass", "externalTrafficPolicy", "healthCheckNodePort"),
+            "spec": _shared_pick(
+                spec, ("type", "loadBalancerClass", "externalTrafficPolicy", "healthCheckNodePort")
             ),
             "status": _pick(_map(obj.get("status")), ("loadBalancer",)),
         }
