@@ -43,7 +43,7 @@ RECHECK_S = 5.0  # a confirmed Local Service is asked again at most this often..
 # ...and confirmed ones are asked again at most this many a second in all, oldest first: a
 # safety net (a change of endpoints is seen in the EndpointSlices and probed at once), so it
 # must not cost an idle speaker with thousands of Local Services more than a little CPU.
-RECHECK_PER_S = 2.0
+RECHECK_PER_S = 1.0
 FAIL_AFTER = 2
 NOT_PROBED = "kube-proxy not probed yet"  # the first failure says why at once
 CONCURRENCY = 8
