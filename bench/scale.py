@@ -622,6 +622,9 @@ def run(lab: network_lab.Lab, sizes: Sizes, r: dict[str, Any], phases: dict[str,
         t0, t0_wall = time.monotonic(), time.time()
         objects.apply(lab, *pools())
         budget = 60 + sizes.services / 50
+        # Status objects are three per BGP Service: they may lag the routes; a longer bound, so
+        # that a slow convergence is measured rather than cut off.
+        status_budget = 120 + sizes.services / 20
 
         assigned = services.wait(
             lambda o: sum(map(has_ingress, o.values())) >= sizes.services, budget
@@ -643,10 +646,12 @@ def run(lab: network_lab.Lab, sizes: Sizes, r: dict[str, Any], phases: dict[str,
         want_l2 = want.l2_statuses
         want_bgp = want.bgp_statuses
         l2_done = l2.wait(
-            lambda o: len(written_statuses(o)) >= want_l2, max(1.0, t0 + budget - time.monotonic())
+            lambda o: len(written_statuses(o)) >= want_l2,
+            max(1.0, t0 + status_budget - time.monotonic()),
         )
         bgp_done = bgp.wait(
-            lambda o: len(written_statuses(o)) >= want_bgp, max(1.0, t0 + budget - time.monotonic())
+            lambda o: len(written_statuses(o)) >= want_bgp,
+            max(1.0, t0 + status_budget - time.monotonic()),
         )
         r["status_l2_s"] = None if l2_done is None else round(l2_done - t0, 2)
         r["status_bgp_s"] = None if bgp_done is None else round(bgp_done - t0, 2)
