@@ -147,7 +147,9 @@ class ArpWatcher:
     def close(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
-        self.process.wait(5)
+        # Killed, it is gone at once, but on two cores under heavy load (a hundred processes of
+        # another benchmark) being reaped took over 5 s once: waiting longer is no hang.
+        self.process.wait(60)
 
 
 # --- the FIB watcher ----------------------------------------------------------------------------
