@@ -211,3 +211,15 @@ def test_other_family_without_next_hop_is_refused() -> None:
 
 def test_teardown() -> None:
     assert rendering.teardown(PEERS["ebgp-basic"]) == "neighbor 10.250.0.1 teardown 6"
+
+
+def test_farewell() -> None:
+    plain = peers.Peer("p", 64512, 64500, ipaddress.ip_address("10.0.0.1"))
+    gr = peers.Peer("g", 64512, 64500, ipaddress.ip_address("10.0.0.1"), graceful_restart=True)
+    # Without graceful restart a Cease drops everything at once, whether the node stays or not.
+    assert peers.farewell(plain, restarting=False) is peers.Farewell.CEASE
+    assert peers.farewell(plain, restarting=True) is peers.Farewell.CEASE
+    # ExaBGP never sends a NOTIFICATION on a graceful-restart session: withdraw unless the
+    # routes are meant to stay (the speaker restarts, the node stays).
+    assert peers.farewell(gr, restarting=False) is peers.Farewell.WITHDRAW
+    assert peers.farewell(gr, restarting=True) is peers.Farewell.KEEP
