@@ -15,8 +15,9 @@ Start-up order, and why:
    requests at a time, apart from the loop: announcing never waits for the API server; so does
    the ConfigurationState writer, for our `speaker-<node>` object, when the pass's
    configuration problems change.
-On SIGTERM: leave membership first (the others take over at once), stop answering, withdraw BGP
-routes, then exit.
+On SIGTERM: leave membership first (the others take over at once), stop answering, close the BGP
+sessions (a Cease: the peer drops our routes at once; a graceful-restart peer keeps them for the
+next speaker), then exit.
 """
 
 from __future__ import annotations
@@ -824,7 +825,7 @@ class Agent:
             await self.layer2.close()
         if self.bgp is not None:
             # A stopping speaker is a restarting one (its node stays): peers with graceful
-            # restart keep forwarding to this node meanwhile; the others get withdrawals.
+            # restart keep forwarding to this node meanwhile; the others get a Cease.
             await self.bgp.close(restarting=True)
 
 
