@@ -56,7 +56,8 @@ from bench import figures  # noqa: E402
 from hack import deploy, objects, witness  # noqa: E402
 from hack import lab as network_lab  # noqa: E402
 from ironlb_io import kube  # noqa: E402
-from speaker.bgp import exabgp, rendering  # noqa: E402
+from speaker.bgp import exabgp, peers, rendering  # noqa: E402
+from speaker.bgp import routes as bgp_routes  # noqa: E402
 
 NS = "metallb-system"
 APP_NS = "bench-bgp"
@@ -566,13 +567,13 @@ def wait_idle(
 
 
 def floor_lines(count: int) -> str:
-    """The API lines our speaker would write for these routes (same batch size and text)."""
-    prefixes = [f"{bulk_address(i)}/32" for i in range(count)]
-    lines = []
-    for start in range(0, count, rendering.BATCH):
-        chunk = " ".join(prefixes[start : start + rendering.BATCH])
-        lines.append(f"announce attributes next-hop self origin igp nlri {chunk}\n")
-    return "".join(lines)
+    """The API lines our speaker writes for these routes (rendered by the same code)."""
+    tor = peers.Peer("floor", MY_ASN, network_lab.TOR_ASN, network_lab.TOR_LAN_V4)
+    wanted: dict[bgp_routes.Prefix, bgp_routes.RouteAttributes] = {
+        ipaddress.IPv4Network(f"{bulk_address(i)}/32"): bgp_routes.RouteAttributes()
+        for i in range(count)
+    }
+    return "".join(f"{c.text}\n" for c in rendering.commands(tor, bgp_routes.Change(wanted)))
 
 
 def floor(lab: network_lab.Lab, fib: Fib, nodes: Sequence[int], count: int) -> dict[str, Any]:
