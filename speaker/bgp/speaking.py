@@ -201,7 +201,7 @@ class _Runner:
             await self._wake.wait()
 
     async def _serve(self, process: exabgp.Process) -> None:
-        """Converge until ExaBGP dies (returns) or we are closing (withdraws, then returns)."""
+        """Converge until ExaBGP dies (returns) or we are closing (ends the session, returns)."""
         try:
             await self._converge(process)
         finally:
