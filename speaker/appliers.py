@@ -21,6 +21,9 @@ from speaker.layer2 import threaded as layer2_threaded
 
 log = logging.getLogger(__name__)
 
+# A pass waits at most this long for the sessions to take up its routes (normally a few ms).
+HANDOVER_WAIT_S = 1.0
+
 
 async def layer2(registry: prom_registry.CollectorRegistry) -> layer2_threaded.ThreadedLayer2:
     announcer = layer2_threaded.ThreadedLayer2(announcing.Layer2Announcer())
@@ -51,6 +54,9 @@ class BGPApplier:
         self.speaker.set_routes(wanted.routes)
         problems = [*intent.problems, *await self.speaker.set_peers(intent.sessions)]
         problems += wanted.problems
+        # The agent's bookkeeping after this (logs, metrics, Events, status wishes: ~1 s at
+        # 10,000 Services) would otherwise run before ExaBGP hears of the first route.
+        await self.speaker.handed_over(HANDOVER_WAIT_S)
         text = tuple(str(p) for p in problems)
         if text != self._problems:
             for line in text:

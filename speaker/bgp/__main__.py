@@ -11,8 +11,8 @@ and for trying things by hand inside a network namespace. One JSON object per li
   | {"close": true, "restarting": true} (as a speaker update: graceful-restart peers keep routes)
 
 Answers and every session change go to stdout as JSON lines stamped with the monotonic clock
-(`t`); logs go to stderr. End of input or SIGTERM means a graceful shutdown: withdraw, wait until
-the withdrawals are on the wire, close the sessions, exit 0.
+(`t`); logs go to stderr. End of input or SIGTERM means a graceful shutdown: close the sessions
+(`Speaker.close`: a Cease, or for a graceful-restart peer the withdrawals first), exit 0.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ knows what ExaBGP can do with it, and says (as Problems) what it cannot.
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 import zlib
 from dataclasses import dataclass, field
@@ -160,3 +161,29 @@ def check(peer: Peer) -> list[problems.Problem]:
 def fatal(peer: Peer) -> list[problems.Problem]:
     """The subset of `check` that makes the session impossible (nothing is started)."""
     return [p for p in check(peer) if p.field in ("holdTime", "password")]
+
+
+class Farewell(enum.Enum):
+    """How a session ends when its runner is closed."""
+
+    # Close without a NOTIFICATION: a graceful-restart peer keeps our routes as stale and keeps
+    # forwarding to this node until the next speaker's End-of-RIB (or its restart time).
+    KEEP = "keep"
+    # Withdraw every route, wait until ExaBGP reports the withdrawals on the wire, then close.
+    WITHDRAW = "withdraw"
+    # A Cease NOTIFICATION at once: the peer drops every route of the session in one go.
+    CEASE = "cease"
+
+
+def farewell(peer: Peer, restarting: bool) -> Farewell:
+    """How to end `peer`'s session; `restarting`: this process stops but the node stays.
+
+    A Cease needs no withdrawal: without graceful restart the peer drops all our routes when the
+    session ends, as it does when MetalLB's speaker exits, and one NOTIFICATION is far quicker
+    than thousands of withdrawals each waiting for ExaBGP. But ExaBGP closes a session that
+    negotiated graceful restart silently even when told to tear it down with a code, and the
+    peer would then keep our routes as stale for its restart time; so a graceful-restart peer
+    that must forget them gets the withdrawals first."""
+    if not peer.graceful_restart:
+        return Farewell.CEASE
+    return Farewell.KEEP if restarting else Farewell.WITHDRAW

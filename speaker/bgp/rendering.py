@@ -37,9 +37,14 @@ from speaker.bgp import peers as peers_module
 from speaker.bgp import routes as routes_module
 
 PROCESS_NAME = "ironlb"
-# Prefixes per `attributes ... nlri` line: big enough to amortise ExaBGP's per-command cost,
-# small enough that one line stays well under the bridge's and ExaBGP's read buffers.
-BATCH = 500
+# Prefixes per `attributes ... nlri` line. Commands are sent one at a time, each waiting for
+# its acknowledgement, and on a loaded machine each of those round trips waits for both
+# processes to be scheduled again: fewer, bigger lines (ExaBGP reads a long line over several
+# turns of its loop and applies 50 routes a turn, so it keeps sending meanwhile).
+BATCH = 2000
+# The first announcement line of a change is short, so that the first routes are on the wire
+# after ExaBGP parsed a few of them rather than thousands.
+FIRST_BATCH = 100
 
 _SAFE_WORD = re.compile(r"^[^\s;{}\[\]\"'#]+$")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]")
@@ -141,17 +146,25 @@ def _sort_key(prefix: routes_module.Prefix) -> tuple[int, int, int]:
 
 
 def _chunks(
-    items: Sequence[routes_module.Prefix], size: int
+    items: Sequence[routes_module.Prefix], size: int, first: int | None = None
 ) -> list[Sequence[routes_module.Prefix]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
+    """`items` cut into runs of `size`, the first of which has at most `first`."""
+    head = size if first is None else min(first, size)
+    out = [items[:head]] if items else []
+    return out + [items[i : i + size] for i in range(head, len(items), size)]
 
 
 def commands(
-    peer: peers_module.Peer, change: routes_module.Change, batch: int = BATCH
+    peer: peers_module.Peer,
+    change: routes_module.Change,
+    batch: int = BATCH,
+    first_batch: int = FIRST_BATCH,
 ) -> list[Command]:
     """API lines carrying out `change` for `peer`: withdrawals first, then announcements
-    grouped by (next hop, attributes), in a deterministic order."""
+    grouped by (next hop, attributes), in a deterministic order, at most `batch` prefixes a
+    line and `first_batch` in the first announcement line."""
     out: list[Command] = []
+    first: int | None = first_batch
     for chunk in _chunks(sorted(change.withdraw, key=_sort_key), batch):
         if len(chunk) == 1:
             text = f"withdraw route {chunk[0]}"
@@ -164,7 +177,8 @@ def commands(
     ordered = sorted(groups.items(), key=lambda item: _sort_key(min(item[1], key=_sort_key)))
     for (next_hop, attrs), prefixes in ordered:
         attr_text = attributes_text(attrs)
-        for chunk in _chunks(sorted(prefixes, key=_sort_key), batch):
+        for chunk in _chunks(sorted(prefixes, key=_sort_key), batch, first):
+            first = None
             if len(chunk) == 1:
                 text = f"announce route {chunk[0]} next-hop {next_hop} {attr_text}"
             else:

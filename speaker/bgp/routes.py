@@ -94,9 +94,12 @@ class Advertisement:
 
 @functools.lru_cache(maxsize=1 << 16)
 def _network(address: IPAddress, length: int) -> Prefix:
-    # Remembered: building a network object goes through its text form, and every pass asks
-    # again for the same 10,000 prefixes.
-    return ipaddress.ip_network((address, length), strict=False)
+    # Remembered, since every pass asks again for the same 10,000 prefixes; and built from the
+    # address's integer, since given the address object the constructors format it as text
+    # and parse that again (25 us a prefix, most of a new advertisement's first pass here).
+    if isinstance(address, ipaddress.IPv4Address):
+        return ipaddress.IPv4Network((int(address), length), strict=False)
+    return ipaddress.IPv6Network((int(address), length), strict=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,10 +7,12 @@ another's session (docs/bgp.md: ExaBGP's reload can lose a SIGUSR1 while it is b
 
 A runner restarts a dead ExaBGP (0.1 s, then doubling up to 30 s; back to 0.1 s after a session
 that reached Established) and re-announces everything, since a fresh process knows nothing.
-Shutting a runner down withdraws its routes first, waits until ExaBGP reports the withdrawals
-on the wire (or the session is gone, or 5 s passed), closes the session with a Cease
-NOTIFICATION, and only then stops ExaBGP: a peer that negotiated graceful restart would
-otherwise keep our routes as stale for two minutes.
+Shutting a runner down (`peers.farewell` decides how) closes the session with a Cease
+NOTIFICATION and then stops ExaBGP: the peer drops all our routes at once, however many there
+are. A peer that negotiated graceful restart is the exception: ExaBGP ends such a session
+without a NOTIFICATION whatever it is told, and the peer would keep our routes as stale for two
+minutes, so its routes are withdrawn first and the runner waits until ExaBGP reports the
+withdrawals on the wire (or the session is gone, or 5 s passed).
 
 Graceful restart (RFC 4724, `enableGracefulRestart`): when the speaker process itself stops
 (`Speaker.close(restarting=True)`: a DaemonSet update, not a peer removed from the
@@ -104,7 +106,7 @@ class _Runner:
         self.updates = 0
         self.refused = 0
         self._closing = False
-        self._keep_routes = False  # on close: leave the routes to the peer's graceful restart
+        self._farewell = peers.Farewell.CEASE  # decided when closing
         self._eor_due = False  # graceful restart: End-of-RIB to send once the routes are handed
         self._teardown = False
         self._went_up = False  # in the current ExaBGP's life
@@ -113,6 +115,11 @@ class _Runner:
         self._wire_changed = asyncio.Event()
         self._state_changed = asyncio.Event()
         self.synced = asyncio.Event()
+        # Cleared when new routes reach an idle runner, set once it has taken them up (its
+        # first command is then written before it next yields): see Speaker.handed_over.
+        self.handed = asyncio.Event()
+        self.handed.set()
+        self._idle = False  # waiting for something to do, ExaBGP running
         self.process: exabgp.Process | None = None
         self.task = asyncio.create_task(self._run(), name=f"bgp-{peer.name}")
 
@@ -124,14 +131,16 @@ class _Runner:
             self.desired = wanted
             self._retry_at = None
             self.synced.clear()
+            if self._idle:
+                self.handed.clear()
             self._wake.set()
 
     def request_teardown(self) -> None:
         self._teardown = True
         self._wake.set()
 
-    async def close(self, keep_routes: bool = False) -> None:
-        self._keep_routes = keep_routes and self.peer.graceful_restart
+    async def close(self, restarting: bool = False) -> None:
+        self._farewell = peers.farewell(self.peer, restarting)
         self._closing = True
         self._wake.set()
         try:
@@ -192,10 +201,21 @@ class _Runner:
             await self._wake.wait()
 
     async def _serve(self, process: exabgp.Process) -> None:
-        """Converge until ExaBGP dies (returns) or we are closing (withdraws, then returns)."""
+        """Converge until ExaBGP dies (returns) or we are closing (ends the session, returns)."""
+        try:
+            await self._converge(process)
+        finally:
+            self._idle = False
+            self.handed.set()  # nothing left to wait for
+
+    async def _converge(self, process: exabgp.Process) -> None:
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
+            # Whatever the desired routes are now is taken up in this turn: diffed, rendered
+            # and the first command written before the next await that waits for ExaBGP.
+            self._idle = False
+            self.handed.set()
             if process.exited.is_set():
                 return
             if self._closing:
@@ -221,6 +241,7 @@ class _Runner:
                 asyncio.ensure_future(self._wake.wait()),
                 asyncio.ensure_future(process.exited.wait()),
             ]
+            self._idle = True
             try:
                 await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -245,7 +266,7 @@ class _Runner:
         self.owner._changed()
 
     async def _shut(self, process: exabgp.Process) -> None:
-        if self._keep_routes:
+        if self._farewell is peers.Farewell.KEEP:
             log.info(
                 "bgp %s: leaving %d routes to the peer's graceful restart",
                 self.peer.name,
@@ -253,15 +274,19 @@ class _Runner:
             )
             await process.stop()  # with graceful restart negotiated: no NOTIFICATION
             return
-        with contextlib.suppress(exabgp.ExaBGPError):
-            await self._push(process, routes.diff_peer(self.applied, {}))
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + WITHDRAW_WAIT
-        while self.bgp == "up" and self.on_wire and loop.time() < deadline:
-            self._wire_changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wire_changed.wait(), deadline - loop.time())
+        if self._farewell is peers.Farewell.WITHDRAW:
+            with contextlib.suppress(exabgp.ExaBGPError):
+                await self._push(process, routes.diff_peer(self.applied, {}))
+            deadline = loop.time() + WITHDRAW_WAIT
+            while self.bgp == "up" and self.on_wire and loop.time() < deadline:
+                self._wire_changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wire_changed.wait(), deadline - loop.time())
         if self.bgp == "up":
+            # Until ExaBGP reports the session down, the NOTIFICATION may not be out yet, and
+            # stopping ExaBGP first would only close the connection. ExaBGP reconnects after a
+            # teardown by itself; it is stopped as soon as the session is reported down.
             with contextlib.suppress(exabgp.ExaBGPError):
                 await process.command(rendering.teardown(self.peer))
             deadline = loop.time() + 2.0
@@ -380,6 +405,17 @@ class Speaker:
     async def _stop_runner(self, runner: _Runner) -> None:
         await runner.close()
 
+    async def handed_over(self, timeout: float) -> None:
+        """Until every running session has taken up the routes of the last `set_routes` (its
+        first command written to ExaBGP), at most `timeout`. A caller with more work to do
+        waits for this first, so that announcing starts before that work rather than after.
+        A session still busy with earlier commands, or whose ExaBGP is starting, is not waited
+        for: it takes the routes up when it gets there."""
+        waiting = [r.handed.wait() for r in self._runners.values() if not r.handed.is_set()]
+        if waiting:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waiting), timeout)
+
     async def _sync_bfd(self) -> None:
         wanted = {str(r.peer.peer_address): r.peer for r in self._runners.values() if r.peer.bfd}
         if not wanted and self._bfd is None:
@@ -451,16 +487,16 @@ class Speaker:
         }
 
     async def close(self, restarting: bool = False) -> None:
-        """Withdraw everything, wait until sent, close the sessions, then stop BFD.
-        `restarting`: this process stops but the node stays (a speaker update): peers with
-        graceful restart keep our routes as stale instead, until the next speaker's End-of-RIB
-        or their restart time."""
+        """Close every session (`peers.farewell`: a Cease, or withdrawals first for a peer
+        with graceful restart), then stop BFD. `restarting`: this process stops but the node
+        stays (a speaker update): peers with graceful restart keep our routes as stale instead,
+        until the next speaker's End-of-RIB or their restart time."""
         if self._closed:
             return
         self._closed = True
         runners = list(self._runners.values())
         self._runners.clear()
-        await asyncio.gather(*(r.close(keep_routes=restarting) for r in runners))
+        await asyncio.gather(*(r.close(restarting=restarting) for r in runners))
         if self._bfd is not None:
             await asyncio.gather(*(self._bfd.remove(a) for a in self._bfd.sessions()))
             self._bfd.close()

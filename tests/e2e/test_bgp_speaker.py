@@ -558,6 +558,57 @@ def test_graceful_shutdown_withdraws_before_closing(
     assert all(kind != 2 or withdrawn for t, kind, withdrawn in messages if t > withdrawals[0])
 
 
+def test_graceful_shutdown_without_graceful_restart_is_one_cease(
+    lab: network_lab.Lab,
+    speakers: Callable[[int], Speaker],
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
+) -> None:
+    """Without graceful restart the peer drops every route of a session that ends, so a close
+    withdraws nothing: one NOTIFICATION (Cease), then the connection closes, and the routes are
+    gone from the ToR and stay gone (ExaBGP reconnects after a teardown; it must be stopped
+    before it can announce them again)."""
+    s = speakers(2)
+    assert s.set_peers(peer("tor", TOR_V4, node_asn(2))) == []
+    addresses = [f"10.252.0.{i}" for i in range(42, 47)]
+    s.announce(*addresses)
+    s.wait_state("tor", bgp="up")
+    wait_for("routes", lambda: all(witness.fib(lab, f"{a}/32") == {s.address} for a in addresses))
+    pcap = tmp_path / "bgp.pcap"
+    dump = lab.popen(
+        network_lab.NS_TOR,
+        "tcpdump",
+        "-i",
+        "br0",
+        "-U",
+        "-w",
+        str(pcap),
+        f"tcp port 179 and host {s.address}",
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(1.0)  # tcpdump attaches
+        took = s.close()
+        report(record_property, "cease_close_s", took)
+        assert s.proc.returncode == 0
+
+        def gone() -> bool:
+            return all(witness.fib(lab, f"{a}/32") == set() for a in addresses)
+
+        wait_for("routes gone", gone, timeout=2)
+        wait_for("the close in the capture", lambda: bgp_stream_from(pcap, s.address)[1], 10, 0.2)
+        time.sleep(1.0)
+        assert gone(), "routes came back after the close"
+    finally:
+        dump.terminate()
+        dump.wait(5)
+    messages, closed_at = bgp_stream_from(pcap, s.address)
+    notifications = [t for t, kind, _ in messages if kind == 3]
+    assert notifications, messages
+    assert closed_at is not None and notifications[0] <= closed_at
+    assert not [m for m in messages if m[1] == 2 and m[2]], "withdrawals were sent"
+
+
 def test_graceful_restart_keeps_routes_across_a_speaker_restart(
     lab: network_lab.Lab, speakers: Callable[[int], Speaker]
 ) -> None:

@@ -211,3 +211,41 @@ def test_other_family_without_next_hop_is_refused() -> None:
 
 def test_teardown() -> None:
     assert rendering.teardown(PEERS["ebgp-basic"]) == "neighbor 10.250.0.1 teardown 6"
+
+
+def test_farewell() -> None:
+    plain = peers.Peer("p", 64512, 64500, ipaddress.ip_address("10.0.0.1"))
+    gr = peers.Peer("g", 64512, 64500, ipaddress.ip_address("10.0.0.1"), graceful_restart=True)
+    # Without graceful restart a Cease drops everything at once, whether the node stays or not.
+    assert peers.farewell(plain, restarting=False) is peers.Farewell.CEASE
+    assert peers.farewell(plain, restarting=True) is peers.Farewell.CEASE
+    # ExaBGP never sends a NOTIFICATION on a graceful-restart session: withdraw unless the
+    # routes are meant to stay (the speaker restarts, the node stays).
+    assert peers.farewell(gr, restarting=False) is peers.Farewell.WITHDRAW
+    assert peers.farewell(gr, restarting=True) is peers.Farewell.KEEP
+
+
+def test_the_first_announcement_line_is_short() -> None:
+    """The first routes go out after ExaBGP parsed a few, the rest in long lines; only the
+    first announcement line of a change is short, whatever group it belongs to."""
+    peer = PEERS["ebgp-basic"]
+    plain, tagged = A(), A(communities=frozenset({C(1, 1)}))
+    announce = {net(f"10.252.0.{i}/32"): plain for i in range(1, 8)}
+    announce |= {net(f"10.252.1.{i}/32"): tagged for i in range(1, 6)}
+    withdraw = frozenset(net(f"10.253.0.{i}/32") for i in range(5))
+    cmds = rendering.commands(peer, routes.Change(announce, withdraw), batch=4, first_batch=2)
+    assert [(len(c.withdraw), len(c.announce)) for c in cmds] == [
+        (4, 0),
+        (1, 0),
+        (0, 2),
+        (0, 4),
+        (0, 1),
+        (0, 4),
+        (0, 1),
+    ]
+    assert {p: c.attributes for c in cmds for p in c.announce} == announce
+    # A first batch bigger than the batch changes nothing.
+    same = rendering.commands(peer, routes.Change(announce, withdraw), batch=4, first_batch=9)
+    assert [c.text for c in same] == [
+        c.text for c in rendering.commands(peer, routes.Change(announce, withdraw), batch=4)
+    ]

@@ -275,3 +275,15 @@ def test_applying_the_diff_yields_desired(
         assert all(p not in after for p in change.withdraw)
         assert not change.withdraw & change.announce.keys()
         assert change
+
+
+def test_prefix_keeps_the_address_family_of_small_addresses() -> None:
+    """Prefixes are built from the address's integer: `::1` must not come back as IPv4."""
+    ad = routes.Advertisement(aggregation_length=24, aggregation_length_v6=64)
+    assert ad.prefix(ipaddress.ip_address("::1")) == ipaddress.ip_network("::/64")
+    assert ad.prefix(ipaddress.ip_address("0.0.0.1")) == ipaddress.ip_network("0.0.0.0/24")
+    assert ad.prefix(ipaddress.ip_address("10.1.2.3")) == ipaddress.ip_network("10.1.2.0/24")
+    full = routes.Advertisement()
+    assert full.prefix(ipaddress.ip_address("2001:db8::7")) == ipaddress.ip_network(
+        "2001:db8::7/128"
+    )

@@ -42,6 +42,7 @@ class FakeExaBGP:
         self.refuse: set[str] = set()
         self.hold_sent = False  # keep withdrawals "in ExaBGP" until release()
         self._held: list[events.Sent] = []
+        self.hold_down = False  # after a teardown, report the session down only on report_down()
         self.pid = id(self)
 
     @property
@@ -73,9 +74,12 @@ class FakeExaBGP:
                 self._held.append(sent)
             else:
                 self._emit(sent)
-        elif text.endswith("teardown 6"):
+        elif text.endswith("teardown 6") and not self.hold_down:
             self._emit(events.StateChange(address, "down", "teardown"))
         return True
+
+    def report_down(self) -> None:
+        self._emit(events.StateChange(str(self.peer.peer_address), "down", "teardown"))
 
     def release(self) -> None:
         for sent in self._held:
@@ -166,9 +170,36 @@ async def test_dead_exabgp_is_restarted_and_everything_reannounced(
     await speaker.close()
 
 
-async def test_shutdown_withdraws_waits_for_the_wire_then_closes(fakes: Fakes) -> None:
+async def test_shutdown_sends_one_cease_and_stops_exabgp_once_the_session_is_down(
+    fakes: Fakes,
+) -> None:
+    """Without graceful restart the peer drops every route when the session ends: no
+    withdrawals; ExaBGP is stopped only once it reported the session down (the NOTIFICATION is
+    out by then; stopping it first would only close the connection)."""
     speaker = make_speaker(fakes)
     await speaker.set_peers([peer()])
+    speaker.set_routes({"tor": {net("10.1.0.1/32"): A(), net("10.1.0.2/32"): A(local_pref=5)}})
+    await settle(speaker)
+    (fake,) = fakes
+    fake.hold_down = True
+    closing = asyncio.create_task(speaker.close())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert fake.timeline == ["announce", "announce", "teardown"]
+    fake.report_down()
+    await asyncio.wait_for(closing, 5)
+    assert fake.timeline == ["announce", "announce", "teardown", "stop"]
+    assert speaker.session_states() == {}
+
+
+async def test_shutdown_of_a_graceful_restart_peer_withdraws_and_waits_for_the_wire(
+    fakes: Fakes,
+) -> None:
+    """ExaBGP closes a graceful-restart session without a NOTIFICATION even on teardown, and the
+    peer would keep our routes as stale: they are withdrawn first, and on the wire before the
+    session closes."""
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer(graceful_restart=True)])
     speaker.set_routes({"tor": {net("10.1.0.1/32"): A(), net("10.1.0.2/32"): A(local_pref=5)}})
     await settle(speaker)
     (fake,) = fakes
@@ -190,7 +221,7 @@ async def test_graceful_restart_peers_keep_routes_when_the_speaker_restarts(
     fakes: Fakes,
 ) -> None:
     """A stopping speaker (restarting=True) withdraws nothing from a graceful-restart peer and
-    sends no NOTIFICATION; other peers still get withdrawals first."""
+    sends no NOTIFICATION; other peers get a Cease."""
     speaker = make_speaker(fakes)
     gr, plain = peer("gr", "10.0.0.1", graceful_restart=True), peer("plain", "10.0.0.2")
     await speaker.set_peers([gr, plain])
@@ -199,7 +230,7 @@ async def test_graceful_restart_peers_keep_routes_when_the_speaker_restarts(
     kept, withdrawn = fakes
     await speaker.close(restarting=True)
     assert kept.timeline == ["announce", "announce", "stop"]
-    assert withdrawn.timeline == ["announce", "withdraw", "teardown", "stop"]
+    assert withdrawn.timeline == ["announce", "teardown", "stop"]
 
 
 async def test_graceful_restart_peer_is_withdrawn_when_only_its_configuration_goes(
@@ -253,7 +284,7 @@ async def test_without_graceful_restart_no_end_of_rib_is_sent_by_hand(fakes: Fak
     await settle(speaker)
     assert not any("eor" in c for c in fakes[0].commands)
     await speaker.close(restarting=True)
-    assert fakes[0].timeline[-3:] == ["withdraw", "teardown", "stop"]
+    assert fakes[0].timeline == ["announce", "teardown", "stop"]
 
 
 async def test_a_refused_command_is_not_retried_in_a_loop(fakes: Fakes) -> None:
@@ -289,9 +320,9 @@ async def test_peer_changes_leave_other_sessions_alone(fakes: Fakes) -> None:
     await settle(speaker)
     assert not second.alive and second.timeline[-1] == "stop"
     assert first.alive and len(fakes) == 3
-    # Removing a withdraws a's routes, then stops it; b's new process is untouched.
+    # Removing a closes a's session, then stops it; b's new process is untouched.
     await speaker.set_peers([peer("b", "10.0.0.2", hold_time=30)])
-    assert first.timeline[-3:] == ["withdraw", "teardown", "stop"]
+    assert first.timeline[-3:] == ["announce", "teardown", "stop"]
     assert fakes[2].alive
     await speaker.close()
 
@@ -353,4 +384,24 @@ async def test_bfd_down_tears_bgp_down_but_admin_down_does_not(
     await speaker.set_peers([peer(bfd=peers.BFDSettings(100, 100, 5))])
     assert fake.alive and len(fakes) == 1
     assert endpoint.timers["10.0.0.1"] == bfd_machine.Timers(100_000, 100_000, 5)
+    await speaker.close()
+
+
+async def test_handed_over_returns_once_the_first_command_is_written(fakes: Fakes) -> None:
+    """The agent waits for this before its bookkeeping: when it returns, ExaBGP has the first
+    command of the new routes, although their acknowledgements are still to come."""
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer()])
+    await settle(speaker)
+    (fake,) = fakes
+    many = {net(f"10.1.{i // 250}.{i % 250 + 1}/32"): A() for i in range(1200)}
+    speaker.set_routes({"tor": many})
+    assert fake.commands == []
+    await speaker.handed_over(5.0)
+    assert fake.commands and fake.commands[0].startswith("announce attributes")
+    first_line = len(_prefixes(fake.commands[0]))
+    await settle(speaker)
+    assert len(fake.commands) > 1 and first_line < len(many)
+    assert sum(len(_prefixes(c)) for c in fake.commands) == len(many)
+    await speaker.handed_over(5.0)  # nothing new: returns at once
     await speaker.close()
