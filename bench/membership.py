@@ -91,6 +91,7 @@ class Group:
         self.extra = extra
         self.drop_rate = drop_rate
         self.lock = threading.Lock()
+        self.subnet = subnet
         self.members = [
             Member(i, f"m{i}", f"ilbm-{run}-{i}", f"10.231.{subnet}.{i + 1}") for i in range(n)
         ]
@@ -108,22 +109,38 @@ class Group:
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             port = f"p{member.index}"
             sh(
-                "ip",
-                "-n",
-                ns,
-                "link",
-                "add",
-                "eth0",
-                "type",
-                "veth",
-                "peer",
-                port,
-                "netns",
-                self.switch,
-            )
+                "ip", "-n", ns,
+                "link", "add", "eth0", "address", self.mac(member), "type", "veth",
+                "peer", port, "netns", self.switch,
+            )  # fmt: skip
             sh("ip", "-n", self.switch, "link", "set", port, "master", "br0", "up")
             sh("ip", "-n", ns, "addr", "add", f"{member.address}/16", "dev", "eth0")
             sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        # The kernel's ARP table is one for all network namespaces, and so is its limit
+        # (net.ipv4.neigh.default.gc_thresh3, 1024 entries here): N members learning each other
+        # by ARP need N * (N - 1) entries, 9,900 at N = 100, and past the limit the kernel
+        # refuses new ones ("neighbor table overflow") and drops the datagrams waiting on them:
+        # a flood of false suspicions that real nodes, each with its own kernel, never see.
+        # Permanent entries are not counted against that limit, so every member gets the others'
+        # addresses up front, and no ARP happens at all.
+        for member in self.members:
+            entries = "".join(
+                f"neigh replace {other.address} lladdr {self.mac(other)} dev eth0 nud permanent\n"
+                for other in self.members
+                if other is not member
+            )
+            subprocess.run(
+                ["ip", "-n", member.namespace, "-batch", "-"],
+                input=entries,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=30,
+            )
+
+    def mac(self, member: Member) -> str:
+        # Locally administered, and unique per group and member (subnets are 0..255).
+        return f"02:00:0a:e7:{self.subnet:02x}:{member.index + 1:02x}"
 
     def _netns(self, verb: str, name: str) -> None:
         sh("ip", "netns", verb, name)
