@@ -371,6 +371,8 @@ class Trials:
     aborted: str | None = None
     # Members other than the victim declared dead from the fault to the group's recovery.
     false_positives: list[dict[str, Any]] = field(default_factory=list)
+    # (victim, monotonic time of the fault): what the false positives' times are relative to.
+    faults: list[tuple[str, float]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -380,6 +382,7 @@ class Trials:
             "aborted": self.aborted,
             "false_positives": len(self.false_positives),
             "false_positive_incidents": self.false_positives,
+            "faults": [[victim, round(at, 3)] for victim, at in self.faults],
         }
 
 
@@ -401,6 +404,7 @@ def trials(g: Group, kind: str, count: int, budget: float) -> Trials:
         else:
             g.cut(victim)
         injected = time.monotonic() - start
+        out.faults.append((victim.name, start))
         try:
             done = wait(functools.partial(g.all_report, victim, states, start), budget, kind)
         except TimeoutError as e:
@@ -593,6 +597,9 @@ def main() -> int:
     parser.add_argument("--baseline-trials", type=int, default=10)
     parser.add_argument("--sim-trials", type=int, default=100, help="simulated link cuts")
     parser.add_argument("--sim-soak-seconds", type=float, default=300.0)
+    parser.add_argument(
+        "--events", type=Path, help="write every event of the lossy group here (JSON), to study"
+    )
     parser.add_argument("--set", action="append", default=[], help="timing override for ours")
     args = parser.parse_args()
     # A SIGTERM unwinds through the finally blocks that delete the namespaces.
@@ -631,8 +638,14 @@ def main() -> int:
             # The large group at 2% loss: first left alone (false positives, CPU), then its link
             # cuts, still at 2% loss, each also watched for false positives.
             with group(run + "s", soak_size, 200, key_file, ours, drop=0.02) as g:
-                soak_result.update(soak(g, soak_seconds))
-                lossy_linkcut.update(trials(g, "linkcut", soak_trials, 30).summary())
+                try:
+                    soak_result.update(soak(g, soak_seconds))
+                    lossy_linkcut.update(trials(g, "linkcut", soak_trials, 30).summary())
+                finally:
+                    if args.events is not None:
+                        with g.lock:
+                            dump = {m.name: m.events for m in g.members}
+                        args.events.write_text(json.dumps(dump))
 
         if args.quick:  # alongside the trials, to fit in a minute
             soak_thread = threading.Thread(target=run_soak)
