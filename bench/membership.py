@@ -8,8 +8,11 @@ joined to the others by a veth into a bridge namespace (`ilbm-<run>-sw`); addres
 - linkcut: `ip link set eth0 down` inside the member's namespace (the process keeps running but
   is cut off); time until every other member has reported it dead;
 - leave: SIGTERM (graceful leave); time until every other member has reported it left;
-- soak: a separate group with 2% loss on every datagram for a while; any member reported dead is
-  a false positive; CPU per member over the soak from /proc/<pid>/stat.
+- the large group (N = 100 by default, `--soak-size`) at 2% loss on every datagram: a soak (any
+  member reported dead is a false positive; CPU per member from /proc/<pid>/stat, and how busy
+  the whole host was), then link cuts in it, each watched for false positives too;
+- the same large group in simulation (`simulate`): the real state machine and codec on a
+  simulated clock and network, free of the host's load.
 
 Loss injection: this kernel has no `sch_netem` (nor the `gact` action), so `tc netem` cannot be
 used; the members are started with the transport's test hook `--drop-rate 0.02`, which discards
@@ -19,7 +22,8 @@ receiver, so this is 2% loss per datagram).
 Times are taken from CLOCK_MONOTONIC, which every process on the host shares: the benchmark
 stamps the fault just before injecting it, members stamp their verdicts when they reach them.
 
-`--quick`: N = 8, 3 trials each (2 leaves), a 30 s soak run alongside the trials; under a minute.
+`--quick`: N = 8, 3 trials each (2 leaves), with the large group (10 s soak, 4 link cuts)
+alongside, then 6 simulated link cuts; about two minutes (starting 100 processes is most of it).
 The last line printed is one JSON object with every figure.
 """
 
