@@ -11,10 +11,13 @@ import heapq
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 from speaker.membership import codec, machine, sealing
 from speaker.membership import config as cfg
 from speaker.membership import messages as m
+
+Change = machine.Change
 
 
 @dataclass
@@ -29,7 +32,8 @@ class SimNode:
     inbound_lag: float = 0.0
     token: int = 0
     scheduled: float = float("inf")
-    log: list[tuple[float, machine.Change]] = field(default_factory=list)
+    # `Change`, not `machine.Change`: in this class body `machine` is the field above.
+    log: list[tuple[float, Change]] = field(default_factory=list)
 
 
 class Network:
@@ -108,13 +112,13 @@ class Network:
             at, _, kind, payload = heapq.heappop(self._events)
             self.now = at
             if kind == "tick":
-                name, token = payload  # type: ignore[misc]
+                name, token = cast(tuple[str, int], payload)
                 node = self.nodes[name]
                 if node.running and token == node.token:
                     node.scheduled = float("inf")
                     self._apply(node, node.machine.tick(at))
             else:
-                source, name, packet = payload  # type: ignore[misc]
+                source, name, packet = cast(tuple[m.Address, str, bytes], payload)
                 node = self.nodes[name]
                 if node.running:
                     decoded = codec.decode(packet)
