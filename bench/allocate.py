@@ -44,6 +44,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -417,11 +418,18 @@ async def bench(kubeconfig: str, counts: list[int], *, live: bool, cleanup: bool
     return {**runs[-1], "runs": runs}
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1,000 Services, no live phase")
     parser.add_argument("--kubeconfig", default=os.environ.get("IRONLB_KUBECONFIG"))
     args = parser.parse_args(argv)
+    # A SIGTERM (a `timeout` around the run) unwinds like Ctrl-C, so the temporary cluster is
+    # stopped rather than left running.
+    signal.signal(signal.SIGTERM, _interrupt)
     counts = [1000] if args.quick else [1000, 10000]
     cluster = None
     kubeconfig = args.kubeconfig
