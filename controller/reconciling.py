@@ -49,6 +49,7 @@ POOL_PLURAL = model.RESOURCES[model.IP_ADDRESS_POOL][0]
 RESYNC_S = 300.0
 BATCH = 500  # decisions between two yields to the event loop
 RETRY_S = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+LEASE_WAIT_S = 0.05  # a writer's pause while the Lease's renewal is late
 # Pool status is bookkeeping: during a burst of allocations write it at most this often.
 POOL_STATUS_INTERVAL_S = 1.0
 
@@ -470,14 +471,16 @@ class Reconciler:
                 if not self._in_flight:
                     self._idle.set()
                 await self._has_work.wait()
+            if not self.may_write():
+                # Not sure we still hold the Lease (a renewal is late, or it is being released
+                # on shutdown): never write without it, but keep the queue. A lost Lease ends
+                # the process; a late renewal that then succeeds must find every decision still
+                # queued, since nothing decides a Service again until its inputs change (a
+                # dropped queue once left 9,700 Services without the address already decided).
+                await asyncio.sleep(LEASE_WAIT_S)
+                continue
             _, _, kind, key, payload = heapq.heappop(self._queue)
             self._queued.discard((kind, key))
-            if not self.may_write():
-                # The Lease is gone (or being released on shutdown): never write without it.
-                self._queue.clear()
-                self._queued.clear()
-                self.unconfirmed.clear()
-                continue
             self._in_flight += 1
             try:
                 if kind is Write.STATUS:
