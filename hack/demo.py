@@ -721,6 +721,36 @@ class Demo:
             self.deployment.stop_speaker(index, signal.SIGKILL)
             self.deployment.start_speaker(index)
             c.say(f"{owner}'s speaker restarted: it takes {v4} back once it has rejoined")
+        if self.chart:
+            # The DaemonSet's Pod stays; the kubelet restarts its container (after its own
+            # back-off). Waited for, so that the summary shows every speaker Running.
+            restarted = self.wait(
+                f"the kubelet to restart {owner}'s speaker", lambda: self._restarted(owner)
+            )
+            c.say(
+                f"the kubelet restarted {owner}'s speaker ({restarted}); it takes {v4} back "
+                "once it has rejoined"
+            )
+
+    def _restarted(self, node: str) -> str | None:
+        """The speaker Pod on `node` if its container was restarted and is ready again."""
+        pods = self.get(
+            "pods",
+            "-n",
+            MS,
+            "-l",
+            "app.kubernetes.io/component=speaker",
+            "--field-selector",
+            f"spec.nodeName={node}",
+        )
+        for pod in pods.get("items") or []:
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            if statuses and all(
+                s.get("ready") and int(s.get("restartCount") or 0) >= 1 for s in statuses
+            ):
+                restarts = sum(int(s.get("restartCount") or 0) for s in statuses)
+                return f"{pod['metadata']['name']}, restarts {restarts}"
+        return None
 
     def problem(self, text: str) -> None:
         self.results.failures.append(text)
