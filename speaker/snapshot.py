@@ -43,8 +43,7 @@ def _pick(mapping: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
 
 
 def _shared_pick(mapping: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
-    picked = _pick(mapping, names)
-    return _share(("pick", *picked.items()), picked)  # type: ignore[no-any-return]
+    return _share(_pick(mapping, names))  # type: ignore[no-any-return]
 
 
 def _slim_metadata(obj: Object, *, annotations: bool) -> dict[str, Any]:
@@ -70,8 +69,19 @@ _SHARED_MAX = 50_000
 _shared: dict[Any, Any] = {}
 
 
-def _share(key: Any, value: Any) -> Any:
+def _frozen(value: Any) -> Any:
+    """A hashable key for a slim value: equal keys mean equal values of the same types."""
+    if isinstance(value, Mapping):
+        return ("map", tuple(sorted((k, _frozen(v)) for k, v in value.items())))
+    if isinstance(value, list):
+        return ("list", tuple(_frozen(v) for v in value))
+    return (type(value).__name__, value)
+
+
+def _share(value: Any) -> Any:
+    """The kept copy of a slim value equal to `value` (kept now if there was none)."""
     try:
+        key = _frozen(value)
         found = _shared.get(key)
     except TypeError:  # an unhashable part (bad input): kept as it is
         return value
@@ -93,17 +103,7 @@ def _slim_endpoint(e: Any) -> Any:
     out["conditions"] = (
         _pick(conditions, ("ready", "serving")) if isinstance(conditions, Mapping) else conditions
     )
-    conditions = out["conditions"]
-    key = (
-        "endpoint",
-        out["addresses"],
-        out.get("nodeName", _ABSENT),
-        tuple(sorted(conditions.items())) if isinstance(conditions, Mapping) else conditions,
-    )
-    return _share(key, out)
-
-
-_ABSENT = object()
+    return _share(out)
 
 
 def slim(kind: str, obj: Object) -> dict[str, Any]:

@@ -514,6 +514,29 @@ def test_bfd_link_cut_drops_the_nexthop(
     assert f'metallb_bfd_session_down_events{{peer="{TOR_V4}"}} 1.0' in text
 
 
+@contextlib.contextmanager
+def capturing_bgp(lab: network_lab.Lab, pcap: Path, address: str) -> Iterator[None]:
+    """tcpdump on the ToR's bridge writes `address`'s BGP session to `pcap` while the body
+    runs (started a second before it: tcpdump attaches), and is stopped even on failure."""
+    dump = lab.popen(
+        network_lab.NS_TOR,
+        "tcpdump",
+        "-i",
+        "br0",
+        "-U",
+        "-w",
+        str(pcap),
+        f"tcp port 179 and host {address}",
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(1.0)  # tcpdump attaches
+        yield
+    finally:
+        dump.terminate()
+        dump.wait(5)
+
+
 def test_graceful_shutdown_withdraws_before_closing(
     lab: network_lab.Lab,
     speakers: Callable[[int], Speaker],
@@ -526,19 +549,7 @@ def test_graceful_shutdown_withdraws_before_closing(
     s.wait_state("tor", bgp="up")
     wait_for("route", lambda: witness.fib(lab, "10.252.0.40/32") == {s.address})
     pcap = tmp_path / "bgp.pcap"
-    dump = lab.popen(
-        network_lab.NS_TOR,
-        "tcpdump",
-        "-i",
-        "br0",
-        "-U",
-        "-w",
-        str(pcap),
-        f"tcp port 179 and host {s.address}",
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(1.0)  # tcpdump attaches
+    with capturing_bgp(lab, pcap, s.address):
         took = s.close()
         report(record_property, "graceful_close_s", took)
         assert s.proc.returncode == 0
@@ -546,9 +557,6 @@ def test_graceful_shutdown_withdraws_before_closing(
         wait_for("route gone", lambda: witness.fib(lab, "10.252.0.40/32") == set(), timeout=2)
         # tcpdump may lag on a busy machine: wait until the close itself is in the file.
         wait_for("the close in the capture", lambda: bgp_stream_from(pcap, s.address)[1], 10, 0.2)
-    finally:
-        dump.terminate()
-        dump.wait(5)
     messages, closed_at = bgp_stream_from(pcap, s.address)
     withdrawals = [t for t, kind, withdrawn in messages if kind == 2 and withdrawn]
     assert withdrawals, messages
@@ -575,19 +583,7 @@ def test_graceful_shutdown_without_graceful_restart_is_one_cease(
     s.wait_state("tor", bgp="up")
     wait_for("routes", lambda: all(witness.fib(lab, f"{a}/32") == {s.address} for a in addresses))
     pcap = tmp_path / "bgp.pcap"
-    dump = lab.popen(
-        network_lab.NS_TOR,
-        "tcpdump",
-        "-i",
-        "br0",
-        "-U",
-        "-w",
-        str(pcap),
-        f"tcp port 179 and host {s.address}",
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(1.0)  # tcpdump attaches
+    with capturing_bgp(lab, pcap, s.address):
         took = s.close()
         report(record_property, "cease_close_s", took)
         assert s.proc.returncode == 0
@@ -599,9 +595,6 @@ def test_graceful_shutdown_without_graceful_restart_is_one_cease(
         wait_for("the close in the capture", lambda: bgp_stream_from(pcap, s.address)[1], 10, 0.2)
         time.sleep(1.0)
         assert gone(), "routes came back after the close"
-    finally:
-        dump.terminate()
-        dump.wait(5)
     messages, closed_at = bgp_stream_from(pcap, s.address)
     notifications = [t for t, kind, _ in messages if kind == 3]
     assert notifications, messages
