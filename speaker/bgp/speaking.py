@@ -307,6 +307,13 @@ class _Runner:
 
     def _on_event(self, event: events.Event) -> None:
         if isinstance(event, events.StateChange):
+            if event.state in ("connected", "up") and self._retry_at is not None:
+                # ExaBGP refuses `next-hop self` until it knows the session's local address,
+                # that is until it has a connection: an announcement made before the peer
+                # answered is refused, and must not wait out RETRY_AFTER_REFUSAL (a route
+                # 30 s late after every start whose connect was slower than our first push).
+                self._retry_at = None
+                self._wake.set()
             if event.state == "up":
                 self._went_up = True
                 if self.peer.graceful_restart:

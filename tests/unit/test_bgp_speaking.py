@@ -43,6 +43,8 @@ class FakeExaBGP:
         self.hold_sent = False  # keep withdrawals "in ExaBGP" until release()
         self._held: list[events.Sent] = []
         self.hold_down = False  # after a teardown, report the session down only on report_down()
+        self.connect_on_start = True  # False: the peer answers only on connect()
+        self.connected = False
         self.pid = id(self)
 
     @property
@@ -53,6 +55,11 @@ class FakeExaBGP:
         self.on_event(event)
 
     async def start(self) -> None:
+        if self.connect_on_start:
+            self.connect()
+
+    def connect(self) -> None:
+        self.connected = True
         self._emit(events.StateChange(str(self.peer.peer_address), "connected"))
         self._emit(events.StateChange(str(self.peer.peer_address), "up"))
 
@@ -63,6 +70,8 @@ class FakeExaBGP:
         self.timeline.append(text.split()[0] if not text.startswith("neighbor") else "teardown")
         if any(text.startswith(r) for r in self.refuse):
             return False
+        if "next-hop self" in text and not self.connected:
+            return False  # as ExaBGP: no local address to use as `self` before a connection
         address = str(self.peer.peer_address)
         if text.startswith("announce eor"):
             pass
@@ -103,8 +112,11 @@ class FakeExaBGP:
 class Fakes(list[FakeExaBGP]):
     """Every fake ExaBGP the speaker made, in order; `factory` is what the speaker calls."""
 
+    connect_on_start = True
+
     def factory(self, *args: Any) -> Any:
         fake = FakeExaBGP(*args)
+        fake.connect_on_start = self.connect_on_start
         self.append(fake)
         return fake
 
@@ -301,6 +313,27 @@ async def test_a_refused_command_is_not_retried_in_a_loop(fakes: Fakes) -> None:
     speaker.set_routes({"tor": {net("10.1.0.8/32"): A()}})
     await settle(speaker)
     assert fakes[0].commands[-1] == "announce route 10.1.0.8/32 next-hop self origin igp"
+    await speaker.close()
+
+
+async def test_routes_refused_before_the_peer_answered_go_out_once_it_does(
+    fakes: Fakes,
+) -> None:
+    """ExaBGP refuses `next-hop self` until its session has a connection; the refused routes are
+    announced as soon as the session comes up, not after RETRY_AFTER_REFUSAL."""
+    fakes.connect_on_start = False
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer()])
+    speaker.set_routes({"tor": {net("10.1.0.50/32"): A()}})
+    for _ in range(50):
+        await asyncio.sleep(0)
+    (fake,) = fakes
+    assert fake.commands == ["announce route 10.1.0.50/32 next-hop self origin igp"]
+    assert speaker.stats()["tor"]["refused"] == 1
+    fake.connect()
+    await settle(speaker)
+    assert fake.commands == ["announce route 10.1.0.50/32 next-hop self origin igp"] * 2
+    assert speaker.session_states()["tor"].announced == 1
     await speaker.close()
 
 
