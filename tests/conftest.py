@@ -20,6 +20,7 @@ import kubernetes
 import pytest
 
 from hack import cluster as local_cluster
+from hack import logtails
 
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / "crds"
@@ -35,6 +36,36 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if skipped and exitstatus == 0:
         reporter.write_line(f"FAILED: {skipped} test(s) skipped; a skipped test is not a pass")
         session.exitstatus = 1
+
+
+_STARTED = pytest.StashKey[float]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_STARTED] = time.time()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A lab test that fails carries the tails of the logs written while it ran (speakers,
+    ExaBGP, FRR, pod agents, kube-proxy, kubelet, Pods): the reason is usually there."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if not report.failed or call.when == "teardown":
+        return
+    funcargs = getattr(item, "funcargs", {})
+    lab = funcargs.get("lab")
+    if lab is None:
+        return
+    from hack import lab as network_lab
+
+    roots = [lab.directory, network_lab.frr_directory(lab.directory)]
+    if isinstance(funcargs.get("tmp_path"), Path):
+        roots.append(funcargs["tmp_path"])
+    since = item.stash.get(_STARTED, 0.0)
+    for title, text in logtails.sections(roots, since):
+        report.sections.append((title, text))
 
 
 @pytest.fixture(scope="session")

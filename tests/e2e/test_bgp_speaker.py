@@ -39,8 +39,51 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0, step: f
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {value!r})")
         time.sleep(step)
+
+
+def tor_view(lab: network_lab.Lab, prefix: str) -> str:
+    """What the ToR knows of a prefix, in words: its FIB nexthops, its BGP paths (from whom,
+    nexthop, stale or not) and the state of every BGP session it has."""
+    try:
+        paths = [
+            f"{p.get('peer', {}).get('peerId', '?')} via "
+            f"{','.join(h.get('ip', '?') for h in p.get('nexthops', []))}"
+            f"{' (stale)' if p.get('stale') else ''}{' (best)' if p.get('bestpath') else ''}"
+            for p in bgp_path(lab, prefix)
+        ]
+        summary = json.loads(lab.vtysh("show bgp summary json", check=False).stdout or "{}")
+        sessions = sorted(
+            f"{address}={n.get('state', '?')}"
+            for family in summary.values()
+            if isinstance(family, dict)
+            for address, n in (family.get("peers") or {}).items()
+        )
+    except (OSError, ValueError, subprocess.SubprocessError) as e:
+        return f"(the ToR could not be read: {e})"
+    return (
+        f"FIB {sorted(witness.fib(lab, prefix))}; BGP paths {paths or 'none'}; "
+        f"sessions {sorted(set(sessions)) or 'none'}"
+    )
+
+
+def wait_fib(
+    lab: network_lab.Lab,
+    prefix: str,
+    want: set[str],
+    what: str,
+    timeout: float = 20.0,
+    step: float = 0.05,
+) -> None:
+    """Wait until the ToR's FIB has exactly `want` as nexthops of `prefix`; when it gives up, it
+    says what the ToR had instead."""
+    try:
+        wait_for(what, lambda: witness.fib(lab, prefix) == want, timeout, step)
+    except AssertionError as e:
+        raise AssertionError(
+            f"{e}: wanted {prefix} via {sorted(want)}; {tor_view(lab, prefix)}"
+        ) from None
 
 
 class Speaker:
@@ -128,7 +171,11 @@ class Speaker:
                 return None
             return s or None
 
-        return wait_for(f"node{self.index} {name} bgp={bgp} bfd={bfd}", ok, timeout)  # type: ignore[no-any-return]
+        try:
+            return wait_for(f"node{self.index} {name} bgp={bgp} bfd={bfd}", ok, timeout)  # type: ignore[no-any-return]
+        except AssertionError as e:
+            # Our side's last report of the session (state, reason, restarts) says why.
+            raise AssertionError(f"{e}; the speaker reports {self.session(name)}") from None
 
     def stayed_up(self, name: str, since: float) -> bool:
         """No status report since `since` showed session `name` anything but up."""
@@ -272,8 +319,8 @@ def test_ecmp_v4_and_v6_and_withdraw(
         s.wait_state("tor6", bgp="up")
     v4 = {n.address for n in nodes}
     v6 = {n.address6 for n in nodes}
-    wait_for("ECMP /32", lambda: witness.fib(lab, "10.252.0.10/32") == v4)
-    wait_for("ECMP /128", lambda: witness.fib(lab, "fd00:252::10/128") == v6)
+    wait_fib(lab, "10.252.0.10/32", v4, "ECMP /32")
+    wait_fib(lab, "fd00:252::10/128", v6, "ECMP /128")
     (path,) = [
         p for p in bgp_path(lab, "10.252.0.10/32") if p["peer"]["peerId"] == nodes[0].address
     ]
@@ -282,15 +329,15 @@ def test_ecmp_v4_and_v6_and_withdraw(
 
     started = time.monotonic()
     nodes[0].announce()  # node1 withdraws everything
-    wait_for(
+    wait_fib(
+        lab,
+        "10.252.0.10/32",
+        {nodes[1].address},
         "node1 nexthop gone",
-        lambda: witness.fib(lab, "10.252.0.10/32") == {nodes[1].address},
         step=0.005,
     )
     report(record_property, "withdraw_to_fib_s", time.monotonic() - started)
-    wait_for(
-        "node1 v6 nexthop gone", lambda: witness.fib(lab, "fd00:252::10/128") == {nodes[1].address6}
-    )
+    wait_fib(lab, "fd00:252::10/128", {nodes[1].address6}, "node1 v6 nexthop gone")
     text = nodes[1].metrics()
     assert f'metallb_bgp_session_up{{peer="{TOR_V4}:179"}} 1.0' in text
     assert f'metallb_bgp_announced_prefixes_total{{peer="[{TOR_V6}]:179"}} 1.0' in text
@@ -358,9 +405,7 @@ def test_md5_session_and_wrong_password(
     s.announce("10.252.0.21")
     s.wait_state("tor-md5", bgp="up")
     s.wait_state("tor6", bgp="up")
-    wait_for(
-        "route over the MD5 session", lambda: witness.fib(lab, "10.252.0.21/32") == {str(node)}
-    )
+    wait_fib(lab, "10.252.0.21/32", {str(node)}, "route over the MD5 session")
     assert neighbor(lab, str(node)).get("bgpState") == "Established"
     wait_for("tor6 established", lambda: uptime(lab, s.address6) is not None)
     since, v6_uptime = time.monotonic(), uptime(lab, s.address6)
@@ -370,7 +415,7 @@ def test_md5_session_and_wrong_password(
     # Same peer, wrong password: its session goes and never comes back; tor6 is untouched.
     assert s.set_peers(plain, {**md5, "password": "wrong"}) == []
     wait_for("MD5 session gone", lambda: s.session("tor-md5").get("bgp") != "up")
-    wait_for("route withdrawn", lambda: witness.fib(lab, "10.252.0.21/32") == set())
+    wait_fib(lab, "10.252.0.21/32", set(), "route withdrawn")
     time.sleep(4)  # several connect attempts (ToR connect timer 1 s, hold 3 s)
     assert s.session("tor-md5").get("bgp") != "up"
     assert neighbor(lab, str(node)).get("bgpState") != "Established"
@@ -387,7 +432,7 @@ def test_bad_peers_do_not_disturb_a_working_one(
     assert s.set_peers(good) == []
     s.announce("10.252.0.22")
     s.wait_state("tor", bgp="up")
-    wait_for("route", lambda: witness.fib(lab, "10.252.0.22/32") == {s.address})
+    wait_fib(lab, "10.252.0.22/32", {s.address}, "route")
     wait_for("established", lambda: uptime(lab, s.address) is not None)
     since, then = time.monotonic(), uptime(lab, s.address)
     assert then is not None
@@ -426,11 +471,11 @@ def test_killed_exabgp_is_restarted_and_routes_return(
     s = speakers(2)
     assert s.set_peers(peer("tor", TOR_V4, node_asn(2))) == []
     s.announce("10.252.0.23", "10.252.0.24")
-    wait_for("routes", lambda: witness.fib(lab, "10.252.0.24/32") == {s.address})
+    wait_fib(lab, "10.252.0.24/32", {s.address}, "routes")
     pid = s.pids()["tor"]
     started = time.monotonic()
     lab.exec(s.ns, "kill", "-9", str(pid), check=True)
-    wait_for("routes gone", lambda: witness.fib(lab, "10.252.0.24/32") == set(), step=0.01)
+    wait_fib(lab, "10.252.0.24/32", set(), "routes gone", step=0.01)
     gone = time.monotonic() - started
     wait_for(
         "routes back",
@@ -483,7 +528,7 @@ def test_bfd_link_cut_drops_the_nexthop(
     for s in nodes:
         s.wait_state("tor", bgp="up", bfd="up", timeout=30)
     both = {n.address for n in nodes}
-    wait_for("ECMP", lambda: witness.fib(lab, "10.252.0.30/32") == both)
+    wait_fib(lab, "10.252.0.30/32", both, "ECMP")
 
     def tor_bfd_up() -> bool:
         peers = json.loads(lab.vtysh("show bfd peers json").stdout or "[]")
@@ -508,7 +553,7 @@ def test_bfd_link_cut_drops_the_nexthop(
     finally:
         lab.exec(cut.ns, "ip", "link", "set", "eth0", "up", check=True)
     cut.wait_state("tor", bgp="up", bfd="up", timeout=30)
-    wait_for("nexthop back", lambda: witness.fib(lab, "10.252.0.30/32") == both, timeout=20)
+    wait_fib(lab, "10.252.0.30/32", both, "nexthop back", timeout=20)
     text = cut.metrics()
     assert f'metallb_bfd_session_up{{peer="{TOR_V4}"}} 1.0' in text
     assert f'metallb_bfd_session_down_events{{peer="{TOR_V4}"}} 1.0' in text
@@ -547,14 +592,14 @@ def test_graceful_shutdown_withdraws_before_closing(
     assert s.set_peers(peer("tor", TOR_V4, node_asn(2), enableGracefulRestart=True)) == []
     s.announce("10.252.0.40")
     s.wait_state("tor", bgp="up")
-    wait_for("route", lambda: witness.fib(lab, "10.252.0.40/32") == {s.address})
+    wait_fib(lab, "10.252.0.40/32", {s.address}, "route")
     pcap = tmp_path / "bgp.pcap"
     with capturing_bgp(lab, pcap, s.address):
         took = s.close()
         report(record_property, "graceful_close_s", took)
         assert s.proc.returncode == 0
         # Gone at once although graceful restart was negotiated: withdrawn, not left stale.
-        wait_for("route gone", lambda: witness.fib(lab, "10.252.0.40/32") == set(), timeout=2)
+        wait_fib(lab, "10.252.0.40/32", set(), "route gone", timeout=2)
         # tcpdump may lag on a busy machine: wait until the close itself is in the file.
         wait_for("the close in the capture", lambda: bgp_stream_from(pcap, s.address)[1], 10, 0.2)
     messages, closed_at = bgp_stream_from(pcap, s.address)
@@ -615,8 +660,8 @@ def test_graceful_restart_keeps_routes_across_a_speaker_restart(
     assert first.set_peers(gr) == []
     first.announce(kept, dropped)
     first.wait_state("tor", bgp="up")
-    wait_for("routes", lambda: witness.fib(lab, f"{dropped}/32") == {first.address})
-    wait_for("routes", lambda: witness.fib(lab, f"{kept}/32") == {first.address})
+    wait_fib(lab, f"{dropped}/32", {first.address}, "routes")
+    wait_fib(lab, f"{kept}/32", {first.address}, "routes")
     watcher = witness.start_fib_watcher(lab, [f"{kept}/32", f"{dropped}/32"])
     try:
         wait_for("the watcher's first dump", lambda: list(witness.printed(watcher)), 10)
@@ -640,7 +685,7 @@ def test_graceful_restart_keeps_routes_across_a_speaker_restart(
         second.announce(kept)
         second.wait_state("tor", bgp="up")
         # End-of-RIB: the route announced again is fresh, the other one is purged.
-        wait_for("the dropped route purged", lambda: witness.fib(lab, f"{dropped}/32") == set())
+        wait_fib(lab, f"{dropped}/32", set(), "the dropped route purged")
         paths = bgp_path(lab, f"{kept}/32")
         assert paths and not any(p.get("stale") for p in paths), paths
         assert witness.fib(lab, f"{kept}/32") == {first.address}
@@ -697,10 +742,8 @@ def test_dual_stack_session_carries_ipv6_with_explicit_next_hop(
     assert s.set_peers(dual) == []
     s.announce("10.252.0.50", "fd00:252::50")
     s.wait_state("tor-dual", bgp="up")
-    wait_for("v4 route", lambda: witness.fib(lab, "10.252.0.50/32") == {s.address})
-    wait_for(
-        "v6 route over the v4 session", lambda: witness.fib(lab, "fd00:252::50/128") == {s.address6}
-    )
+    wait_fib(lab, "10.252.0.50/32", {s.address}, "v4 route")
+    wait_fib(lab, "fd00:252::50/128", {s.address6}, "v6 route over the v4 session")
     s.announce("10.252.0.50")
-    wait_for("v6 route withdrawn", lambda: witness.fib(lab, "fd00:252::50/128") == set())
+    wait_fib(lab, "fd00:252::50/128", set(), "v6 route withdrawn")
     assert witness.fib(lab, "10.252.0.50/32") == {s.address}
