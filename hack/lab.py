@@ -672,13 +672,16 @@ class Lab:
             _ip_batch(commands, ns, f"configuring {ns}")
 
     def repair_nodes(self) -> None:
-        """Put every node's LAN interface, addresses and default routes back as `up` made them.
+        """Put every node's LAN interface, addresses and default routes back as `up` made them,
+        and start again a pod agent that has exited.
 
         A test that pulls a node's link with `ip link set eth0 down` loses the node's routes (the
         kernel flushes routes through a device taken down): its default routes and its routes to
         the other nodes' Pods. Later tests must not inherit that: without the Pod routes, a
         connection that kube-proxy DNATs to a Pod on another node is answered "no route" (seen
-        as IPv6 requests failing, sporadically, in every later module).
+        as IPv6 requests failing, sporadically, in every later module). Nor a dead pod agent:
+        its node's Pods would never start or turn Ready, and every later test with backends
+        there would time out.
         """
         for i in range(1, self.nodes + 1):
             _ip_batch(
@@ -694,6 +697,12 @@ class Lab:
                 f"repairing {node_namespace(i)}",
             )
             self.exec(NS_TOR, "ip", "link", "set", f"p-node{i}", "up", check=True)
+            if i not in self.kubelet_nodes and self.pod_agent_pid(i) is None:
+                log(
+                    f"the pod agent of {node_name(i)} has exited; starting it again (its log "
+                    f"ended: {_last_line(self.pod_agent_log(node_name(i)))})"
+                )
+                self._start_pod_agent(i)
 
     def _pod_network(self, index: int) -> list[str]:
         """`ip` commands for node `index`: its Pod bridge, and routes to the other nodes' Pods."""
@@ -822,12 +831,25 @@ class Lab:
                 )
             time.sleep(0.2)
 
+    def pod_agent_log(self, node: str) -> Path:
+        return self.log_dir / f"podagent-{node}.log"
+
+    def pod_agent_pid(self, index: int) -> int | None:
+        """The pid of node `index`'s pod agent while it runs."""
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((self._node_dir(index) / "podagent.pid").read_text())
+            # The pid file outlives the agent, and a pid is given again: check it is the agent.
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if processes.alive(pid) and b"hack.podagent" in command:
+                return pid
+        return None
+
     def _start_pod_agent(self, index: int) -> None:
         # nsenter, not `ip netns exec`: that one also gives the process a mount namespace of
         # its own, and the Pods' network namespaces the agent mounts in /run/netns would then
         # be invisible to everyone else (tests signalling a Pod, `down` removing them).
-        with open(self.log_dir / f"podagent-{node_name(index)}.log", "ab") as out:
-            subprocess.Popen(
+        with open(self.pod_agent_log(node_name(index)), "ab") as out:
+            process = subprocess.Popen(
                 [
                     "nsenter",
                     f"--net=/run/netns/{node_namespace(index)}",
@@ -850,6 +872,8 @@ class Lab:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        # nsenter and env exec what they run: this is the agent's own pid.
+        (self._node_dir(index) / "podagent.pid").write_text(str(process.pid))
 
     def _start_kubelet_nodes(self, built: Sequence[Any], pause: str) -> None:
         """containerd + kubelet in each kubelet node (hack/kubelet_node.py), images imported."""

@@ -3,21 +3,29 @@
 Backends are real Pods: `set_backends` makes one Pod per named node, bound by kube-scheduler
 (through a hostname nodeSelector), run by that node's `hack/podagent`, made Ready by a real
 probe, and turned into EndpointSlices by kube-controller-manager. Nothing here writes a slice.
+
+A wait that gives up says what was missing, not just that something was: a check answers "not
+yet" with a `Missing` that names it (for backends: each node's Pod, its phase and Ready condition,
+the nodes the EndpointSlices have ready endpoints on, and the end of the concerned nodes' pod
+agent logs), since a timeout that reads `(last: False)` leaves a flaky run undiagnosable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Literal, TypeVar
 
 from hack import lab as network_lab
+from hack import logtails
 from ironlb import model
 
 ECHO_PORT = 8080
@@ -26,22 +34,43 @@ SERVICE_PORT = 80
 STREAM_PORT = 8082  # the echo's long-lived streams (`pod(..., stream=True)`), same on the Service
 METALLB_NAMESPACE = "metallb-system"
 WAIT_S = 60.0
+AGENT_LOG_LINES = 20  # of each concerned node's pod agent log, when backends are not settled
+MESSAGE_CHARS = 200  # of a condition's or a container state's message
 
 T = TypeVar("T")
 
 
+@dataclasses.dataclass(frozen=True)
+class Missing:
+    """A check's "not yet", saying what is missing in words a person can act on. Always false,
+    so a check may return it where it returned False or None."""
+
+    reason: str
+
+    def __bool__(self) -> Literal[False]:
+        return False
+
+
 def wait_until(
-    what: str, check: Callable[[], T | None], timeout: float = WAIT_S, every: float = 0.05
+    what: str,
+    check: Callable[[], T | Missing | None],
+    timeout: float = WAIT_S,
+    every: float = 0.05,
 ) -> T:
     """Poll `check()` until it returns something truthy; bounded in time, says what it waited
-    for when it gives up."""
+    for when it gives up, and what was missing if the check's last answer was a `Missing`."""
     deadline = time.monotonic() + timeout
-    last: T | None = None
+    last: T | Missing | None = None
     while time.monotonic() < deadline:
         last = check()
         if last:
             return last
         time.sleep(every)
+    if isinstance(last, Missing):
+        raise AssertionError(
+            f"timed out after {timeout:.0f} s waiting for {what}:\n"
+            + textwrap.indent(last.reason, "  ")
+        )
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
@@ -138,11 +167,11 @@ def create_service(lab: network_lab.Lab, namespace: str, name: str, **options: A
 def ingress(lab: network_lab.Lab, namespace: str, name: str, count: int) -> list[str]:
     """The Service's addresses once it has `count` of them (bounded wait)."""
 
-    def read() -> list[str] | None:
+    def read() -> list[str] | Missing:
         svc = get(lab, "service", name, "-n", namespace)
         entries = svc.get("status", {}).get("loadBalancer", {}).get("ingress") or []
         ips = [e["ip"] for e in entries]
-        return ips if len(ips) == count else None
+        return ips if len(ips) == count else Missing(f"status.loadBalancer.ingress has {ips}")
 
     return wait_until(f"{namespace}/{name} to get {count} address(es)", read)
 
@@ -285,44 +314,164 @@ def set_backends(
 
 
 def wait_backends(lab: network_lab.Lab, namespace: str, app: str, nodes: Sequence[int]) -> None:
-    wanted_nodes = {network_lab.node_name(n) for n in nodes}
+    """Until `app` has a Ready Pod on each of `nodes` and none elsewhere, and the Service's
+    EndpointSlices (when the Service exists) have ready endpoints on exactly those nodes."""
 
-    def settled() -> bool:
-        items = _pods(lab, namespace, app)
-        names = {p["metadata"]["name"] for p in items}
-        if names != {pod_name(app, n) for n in nodes} or not all(map(is_ready, items)):
-            return False
-        if not service_exists(lab, namespace, app):
+    def settled() -> bool | Missing:
+        # The three kinds in one kubectl process (it took up to three a poll).
+        listed = get(lab, "pods,services,endpointslices", "-n", namespace)["items"]
+        gap = unsettled(app, nodes, listed)
+        if gap is None:
             return True
-        return ready_endpoint_nodes(lab, namespace, app) == wanted_nodes
+        tails = [_agent_log_tail(lab, node) for node in gap.nodes]
+        return Missing("\n".join([*gap.lines, *filter(None, tails)]))
 
-    wait_until(f"{namespace}/{app} backends ready on {sorted(wanted_nodes)}", settled)
+    wanted = [network_lab.node_name(n) for n in nodes]
+    wait_until(f"{namespace}/{app} backends ready on {sorted(wanted)}", settled)
 
 
-def service_exists(lab: network_lab.Lab, namespace: str, name: str) -> bool:
-    found = lab.kubectl("get", "service", name, "-n", namespace, "--ignore-not-found", "-o", "name")
-    return bool(found.strip())
+@dataclasses.dataclass(frozen=True)
+class Unsettled:
+    """What keeps an app's backends from being settled: a line per node and one for the
+    EndpointSlices, and the nodes whose Pod is missing, not Ready or not wanted there (their
+    pod agents' logs may say why)."""
+
+    lines: tuple[str, ...]
+    nodes: tuple[str, ...]
+
+
+def unsettled(app: str, nodes: Sequence[int], listed: Sequence[dict[str, Any]]) -> Unsettled | None:
+    """Whether `app`'s backends are settled on `nodes`, from a namespace's Pods, Services and
+    EndpointSlices: None if so, else what is missing."""
+    wanted = {network_lab.node_name(n): pod_name(app, n) for n in nodes}
+    pods = {
+        p["metadata"]["name"]: p
+        for p in listed
+        if p.get("kind") == "Pod" and (p["metadata"].get("labels") or {}).get("app") == app
+    }
+    lines: list[str] = []
+    concerned: list[str] = []
+    for node, name in wanted.items():
+        pod = pods.get(name)
+        if pod is None:
+            lines.append(f"{node}: no Pod {name}")
+        else:
+            lines.append(f"{node}: Pod {name} {pod_state(pod)}")
+        if pod is None or not is_ready(pod):
+            concerned.append(node)
+    for name in sorted(set(pods) - set(wanted.values())):
+        bound_to = str((pods[name].get("spec") or {}).get("nodeName") or "")
+        lines.append(f"{bound_to or 'no node'}: Pod {name} {pod_state(pods[name])}, not wanted")
+        if bound_to and bound_to not in concerned:
+            concerned.append(bound_to)
+    pods_settled = set(pods) == set(wanted.values()) and all(map(is_ready, pods.values()))
+    slices_settled = True
+    if any(o.get("kind") == "Service" and o["metadata"]["name"] == app for o in listed):
+        slices = [
+            s
+            for s in listed
+            if s.get("kind") == "EndpointSlice"
+            and (s["metadata"].get("labels") or {}).get("kubernetes.io/service-name") == app
+        ]
+        ready = ready_nodes(slices)
+        slices_settled = ready == set(wanted)
+        if slices:
+            lines.append(_slices_line(ready, set(wanted), pods_settled))
+        else:
+            lines.append(f"EndpointSlices: none yet for Service {app} (kube-controller-manager)")
+    else:
+        lines.append(f"EndpointSlices: not checked, no Service {app}")
+    if pods_settled and slices_settled:
+        return None
+    return Unsettled(tuple(lines), tuple(concerned))
+
+
+def ready_nodes(slices: Iterable[dict[str, Any]]) -> set[str]:
+    """The nodes of the ready endpoints in EndpointSlices ("" for an endpoint without one)."""
+    return {
+        e.get("nodeName", "")
+        for s in slices
+        for e in s.get("endpoints") or []
+        if (e.get("conditions") or {}).get("ready")
+    }
+
+
+def _slices_line(ready: set[str], wanted: set[str], pods_settled: bool) -> str:
+    line = f"EndpointSlices: ready endpoints on {_names(ready)}, wanted on {_names(wanted)}"
+    if ready == wanted:
+        return line
+    if wanted - ready:
+        line += f"; none ready on {_names(wanted - ready)}"
+    if ready - wanted:
+        line += f"; ready on unwanted {_names(ready - wanted)}"
+    if pods_settled:
+        line += " (the Pods are settled: kube-controller-manager has not caught up)"
+    return line
+
+
+def _names(nodes: set[str]) -> str:
+    return ", ".join(sorted(n or "(no nodeName)" for n in nodes)) or "no node"
+
+
+def pod_state(pod: dict[str, Any]) -> str:
+    """A Pod's phase, Ready condition and what else is wrong with it, in a few words."""
+    status = pod.get("status") or {}
+    words = [status.get("phase") or "without a phase"]
+    if pod["metadata"].get("deletionTimestamp"):
+        words.append("terminating")
+    if not (pod.get("spec") or {}).get("nodeName"):
+        words.append("not bound to a node")
+    conditions = {c["type"]: c for c in status.get("conditions") or []}
+    ready = conditions.pop("Ready", None)
+    # Nothing but the node writes a Pod's Ready condition (here: its pod agent).
+    words.append(_condition(ready) if ready else "no Ready condition (no status from its node)")
+    words += [_condition(c) for c in conditions.values() if c.get("status") != "True"]
+    for container in status.get("containerStatuses") or []:
+        restarts = container.get("restartCount") or 0
+        if restarts:
+            words.append(f"container {container.get('name')} restarted {restarts} times")
+        for state, detail in (container.get("state") or {}).items():
+            if state != "running" and detail:
+                words.append(f"container {container.get('name')} {state}{_why(detail)}")
+    return ", ".join(words)
+
+
+def _condition(condition: dict[str, Any]) -> str:
+    return f"{condition['type']}={condition.get('status')}{_why(condition)}"
+
+
+def _why(detail: dict[str, Any]) -> str:
+    """` (reason: message)` from a condition or a container state, if it gives either."""
+    reason, message = detail.get("reason"), str(detail.get("message") or "")[:MESSAGE_CHARS]
+    if reason and message:
+        return f" ({reason}: {message})"
+    return f" ({reason or message})" if reason or message else ""
+
+
+def _agent_log_tail(lab: network_lab.Lab, node: str) -> str:
+    """The end of a node's pod agent log; "" for a node without one (a kubelet node)."""
+    path = lab.pod_agent_log(node)
+    if not path.exists():
+        return ""
+    text = logtails.tail(path, AGENT_LOG_LINES)
+    return f"pod agent log of {node} ({path}), last lines:\n" + textwrap.indent(text, "  ")
+
+
+def _slices(lab: network_lab.Lab, namespace: str, service_name: str) -> list[dict[str, Any]]:
+    listed = get(
+        lab, "endpointslices", "-n", namespace, "-l", f"kubernetes.io/service-name={service_name}"
+    )
+    items: list[dict[str, Any]] = listed["items"]
+    return items
 
 
 def endpoints(lab: network_lab.Lab, namespace: str, service_name: str) -> list[dict[str, Any]]:
     """Every endpoint of the Service's EndpointSlices (both families)."""
-    slices = get(
-        lab,
-        "endpointslices",
-        "-n",
-        namespace,
-        "-l",
-        f"kubernetes.io/service-name={service_name}",
-    )
-    return [e for s in slices["items"] for e in s.get("endpoints") or []]
+    return [e for s in _slices(lab, namespace, service_name) for e in s.get("endpoints") or []]
 
 
 def ready_endpoint_nodes(lab: network_lab.Lab, namespace: str, service_name: str) -> set[str]:
-    return {
-        e.get("nodeName", "")
-        for e in endpoints(lab, namespace, service_name)
-        if (e.get("conditions") or {}).get("ready")
-    }
+    return ready_nodes(_slices(lab, namespace, service_name))
 
 
 def pod_processes(lab: network_lab.Lab, namespace: str, name: str) -> list[int]:

@@ -18,13 +18,18 @@ hack.echo` with the container's `args`. Then it does a kubelet's share of the AP
 - a process that exits on its own is started again (restartPolicy Always), its restartCount kept.
 
 Level-triggered: every tick lists the node's Pods and reconciles the whole set, so a missed
-change costs at most one tick. Only what a lab test needs: one container per Pod, no volumes.
+change costs at most one tick. A failure is contained where it happens: a Pod whose sandbox cannot
+be made has it removed again (the next attempt starts clean), one Pod's error is logged and holds
+back only that Pod (with a bounded backoff), and a failed tick is logged and retried. The agent
+itself never stops on an error: a node whose agent died would keep its Pods unready with nothing
+in any log saying why. Only what a lab test needs: one container per Pod, no volumes.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import http.client
 import ipaddress
 import json
@@ -34,9 +39,9 @@ import ssl
 import subprocess
 import sys
 import time
-import urllib.error
+import traceback
 import urllib.parse
-import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -48,36 +53,94 @@ POD_INDEX_FIRST, POD_INDEX_LAST = 2, 249  # host addresses given to Pods in the 
 TICK_S = 0.1
 PROBE_TIMEOUT_S = 1.0
 KILL_WAIT_S = 5.0
+BACKOFF_MAX_S = 2.0  # after errors in a row, whether of a whole tick or of one Pod
+API_TIMEOUT_S = 10.0
 
 
-def log(message: str, **fields: Any) -> None:
-    entry = {"ts": time.time(), "level": "info", "logger": "podagent", "msg": message, **fields}
+def log(message: str, level: str = "info", **fields: Any) -> None:
+    entry = {"ts": time.time(), "level": level, "logger": "podagent", "msg": message, **fields}
     print(json.dumps(entry), flush=True)
+
+
+def describe(error: BaseException) -> dict[str, str]:
+    """Log fields for an error, with what a person needs to act on it."""
+    if isinstance(error, subprocess.CalledProcessError):
+        stderr = error.stderr.decode() if isinstance(error.stderr, bytes) else error.stderr
+        command = " ".join(map(str, error.cmd))
+        return {"error": f"{command} exited {error.returncode}: {(stderr or '').strip()[:300]}"}
+    text = f"{type(error).__name__}: {error}"
+    if isinstance(error, ApiError | OSError | http.client.HTTPException | ValueError):
+        return {"error": text}
+    # Anything else is a bug in the agent, and where it happened is half of the story.
+    return {"error": text, "traceback": "".join(traceback.format_exception(error))}
 
 
 # --- the API ------------------------------------------------------------------------------------
 
 
+class ApiError(Exception):
+    """The apiserver answered with an error status."""
+
+    def __init__(self, status: int, method: str, path: str, message: str) -> None:
+        super().__init__(f"{method} {path}: HTTP {status}: {message}")
+        self.status = status
+
+
 class Api:
-    """Just enough of a Kubernetes client: the kubeconfig's client certificate over HTTPS."""
+    """Just enough of a Kubernetes client: the kubeconfig's client certificate over HTTPS, on one
+    kept-alive connection, since a TLS handshake per call (some ten calls a second per node)
+    costs both ends CPU that a busy lab machine is short of."""
 
     def __init__(self, kubeconfig: Path) -> None:
         config = json.loads(kubeconfig.read_text())
         cluster = config["clusters"][0]["cluster"]
         user = config["users"][0]["user"]
-        self.server = cluster["server"]
+        server = urllib.parse.urlsplit(cluster["server"])
+        self.host, self.port = server.hostname or "", server.port or 443
         self.context = ssl.create_default_context(cafile=cluster["certificate-authority"])
         self.context.load_cert_chain(user["client-certificate"], user["client-key"])
+        self._connection: http.client.HTTPSConnection | None = None
 
     def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json"
     ) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.server + path, data=data, method=method)
+        headers = {"Accept": "application/json"}
         if data is not None:
-            req.add_header("Content-Type", content_type)
-        with urllib.request.urlopen(req, timeout=10, context=self.context) as response:
-            return json.load(response)
+            headers["Content-Type"] = content_type
+        status, payload = self._exchange(method, path, data, headers)
+        if status >= 400:
+            raise ApiError(status, method, path, _status_message(payload))
+        return json.loads(payload)
+
+    def _exchange(
+        self, method: str, path: str, data: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, bytes]:
+        reused = self._connection is not None
+        if self._connection is None:
+            self._connection = http.client.HTTPSConnection(
+                self.host, self.port, timeout=API_TIMEOUT_S, context=self.context
+            )
+        try:
+            self._connection.request(method, path, body=data, headers=headers)
+            response = self._connection.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException) as e:
+            self._connection.close()
+            self._connection = None
+            if not reused or isinstance(e, TimeoutError):
+                raise
+        # The server may close a kept-alive connection whenever it likes (idle, restarted):
+        # once more on a new one. Every call the agent makes can be repeated (a GET, a merge
+        # patch, a DELETE with a uid precondition).
+        return self._exchange(method, path, data, headers)
+
+
+def _status_message(payload: bytes) -> str:
+    """The message of a Kubernetes Status body, or the start of whatever came instead."""
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        return str(json.loads(payload)["message"])
+    return payload[:200].decode(errors="replace")
 
 
 # --- one Pod ------------------------------------------------------------------------------------
@@ -128,6 +191,14 @@ class Running:
     written: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class Failing:
+    """A Pod whose last turn failed: left alone until `retry_at`, `delay_s` after the failure."""
+
+    delay_s: float
+    retry_at: float
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -173,6 +244,7 @@ class Agent:
         self.networks = [ipaddress.ip_network(c) for c in pod_cidrs]
         self.host_ips = host_ips
         self.pods: dict[str, Running] = {}
+        self.failing: dict[str, Failing] = {}  # by Pod uid
         self._last_index = POD_INDEX_LAST  # the first address given is POD_INDEX_FIRST
         self.stopping = False
 
@@ -199,11 +271,39 @@ class Agent:
     # start and stop -----------------------------------------------------------------------------
 
     def start(self, pod: dict[str, Any]) -> None:
+        """Make the Pod's sandbox and start its process. Retry-safe: on any failure what was
+        made is removed again, since a half-made sandbox would fail every later attempt at
+        `ip netns add` ("File exists")."""
         meta, spec = pod["metadata"], pod["spec"]
         uid = meta["uid"]
+        container = spec["containers"][0]
+        args = [str(a) for a in container.get("args") or []]
         index = self._free_index()
         addresses = [str(net.network_address + index) for net in self.networks]
         netns, veth = f"ilb-pod-{uid[:8]}", f"vp{uid[:8]}"
+        try:
+            self._make_sandbox(netns, veth, addresses)
+            running = Running(
+                uid=uid,
+                namespace=meta["namespace"],
+                name=meta["name"],
+                netns=netns,
+                veth=veth,
+                addresses=addresses,
+                args=args,
+                probe=Probe.of(container),
+                process=self._spawn(netns, meta["name"], args),
+                started=_now(),
+            )
+        except BaseException:
+            remove_sandbox(netns, veth)
+            raise
+        # Without a probe a started container is ready at once, as with a kubelet.
+        running.ready = running.probe is None
+        self.pods[uid] = running
+        log("pod started", pod=f"{running.namespace}/{running.name}", addresses=addresses)
+
+    def _make_sandbox(self, netns: str, veth: str, addresses: list[str]) -> None:
         gateways = [str(net.network_address + 1) for net in self.networks]
         _ip(["netns", "add", netns])
         _ip(["link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns])
@@ -211,39 +311,13 @@ class Agent:
         for address in addresses:
             # An entry left by an earlier Pod with this address (after the round robin wrapped):
             # its MAC is gone; forget it rather than wait for it to fail.
-            subprocess.run(
-                ["ip", "neigh", "flush", "to", address, "dev", BRIDGE], capture_output=True
-            )
+            _ip(["neigh", "flush", "to", address, "dev", BRIDGE], check=False)
         batch = ["link set lo up", "link set eth0 up"]
         for address, net, gateway in zip(addresses, self.networks, gateways, strict=True):
             nodad = " nodad" if net.version == 6 else ""
             batch += [f"addr add {address}/{net.prefixlen} dev eth0{nodad}"]
             batch += [f"route add default via {gateway}"]
-        subprocess.run(
-            ["ip", "-n", netns, "-batch", "-"],
-            input="\n".join(batch) + "\n",
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        container = spec["containers"][0]
-        args = [str(a) for a in container.get("args") or []]
-        running = Running(
-            uid=uid,
-            namespace=meta["namespace"],
-            name=meta["name"],
-            netns=netns,
-            veth=veth,
-            addresses=addresses,
-            args=args,
-            probe=Probe.of(container),
-            process=self._spawn(netns, meta["name"], args),
-            started=_now(),
-        )
-        # Without a probe a started container is ready at once, as with a kubelet.
-        running.ready = running.probe is None
-        self.pods[uid] = running
-        log("pod started", pod=f"{running.namespace}/{running.name}", addresses=addresses)
+        _ip(["-n", netns, "-batch", "-"], input="\n".join(batch) + "\n")
 
     def _spawn(self, netns: str, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         out = open(self.state / f"{netns}.log", "ab")  # noqa: SIM115 - handed to the child
@@ -269,8 +343,7 @@ class Agent:
                 os.killpg(pod.process.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 pod.process.wait(KILL_WAIT_S)
-        subprocess.run(["ip", "netns", "del", pod.netns], capture_output=True)
-        subprocess.run(["ip", "link", "del", pod.veth], capture_output=True)
+        remove_sandbox(pod.netns, pod.veth)
         self.pods.pop(pod.uid, None)
         log("pod removed", pod=f"{pod.namespace}/{pod.name}")
 
@@ -300,8 +373,8 @@ class Agent:
         }
         try:
             self.api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
-        except urllib.error.HTTPError as e:
-            if e.code not in (404, 409):
+        except ApiError as e:
+            if e.status not in (404, 409):
                 raise
 
     # probing ------------------------------------------------------------------------------------
@@ -331,39 +404,70 @@ class Agent:
         seen: set[str] = set()
         for item in listed["items"]:
             meta = item["metadata"]
-            uid = meta["uid"]
-            seen.add(uid)
-            phase = (item.get("status") or {}).get("phase")
-            deleting = meta.get("deletionTimestamp") is not None
-            pod = self.pods.get(uid)
-            if pod is None:
-                if deleting:
-                    self.confirm_deletion(meta["namespace"], meta["name"], uid)
-                elif phase not in ("Succeeded", "Failed"):
-                    self.start(item)
-                continue
-            if deleting and pod.terminating_until is None:
-                grace = meta.get("deletionGracePeriodSeconds")
-                pod.terminating_until = now + float(30 if grace is None else grace)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pod.process.pid, signal.SIGTERM)
-                log("pod terminating", pod=f"{pod.namespace}/{pod.name}", grace_s=grace)
-            if pod.terminating_until is not None:
-                if pod.process.poll() is not None or now >= pod.terminating_until:
-                    self.remove(pod)
-                    self.confirm_deletion(pod.namespace, pod.name, pod.uid)
-                    continue
-            elif pod.process.poll() is not None:
-                # restartPolicy Always: the container comes back in the same sandbox.
-                pod.restarts += 1
-                pod.ready = pod.probe is None
-                pod.process = self._spawn(pod.netns, pod.name, pod.args)
-                log("pod restarted", pod=f"{pod.namespace}/{pod.name}", restarts=pod.restarts)
-            self.probe(pod, now)
-            self.write_status(pod)
+            seen.add(meta["uid"])
+            self.contained(
+                meta["uid"],
+                f"{meta.get('namespace')}/{meta.get('name')}",
+                now,
+                functools.partial(self.reconcile, item, now),
+            )
         for uid in [u for u in self.pods if u not in seen]:
             # Force-deleted (or gone with its namespace): nothing to confirm any more.
-            self.remove(self.pods[uid])
+            pod = self.pods[uid]
+            self.contained(
+                uid, f"{pod.namespace}/{pod.name}", now, functools.partial(self.remove, pod)
+            )
+        for uid in [u for u in self.failing if u not in seen and u not in self.pods]:
+            del self.failing[uid]
+
+    def contained(self, uid: str, pod: str, now: float, turn: Callable[[], None]) -> None:
+        """Run one Pod's turn of a tick. An error is logged and holds back only that Pod, for
+        a delay that doubles with each failure in a row (bounded): a status PATCH for a Pod
+        deleted since the LIST must not keep the node's other Pods from being probed."""
+        failing = self.failing.get(uid)
+        if failing is not None and now < failing.retry_at:
+            return
+        try:
+            turn()
+        except Exception as e:
+            delay = min((TICK_S if failing is None else failing.delay_s) * 2, BACKOFF_MAX_S)
+            self.failing[uid] = Failing(delay, now + delay)
+            log("pod failed, retrying", level="error", pod=pod, retry_s=delay, **describe(e))
+        else:
+            self.failing.pop(uid, None)
+
+    def reconcile(self, item: dict[str, Any], now: float) -> None:
+        """One listed Pod's turn: start it, stop it, restart its process, probe it, report."""
+        meta = item["metadata"]
+        uid = meta["uid"]
+        phase = (item.get("status") or {}).get("phase")
+        deleting = meta.get("deletionTimestamp") is not None
+        pod = self.pods.get(uid)
+        if pod is None:
+            if deleting:
+                self.confirm_deletion(meta["namespace"], meta["name"], uid)
+            elif phase not in ("Succeeded", "Failed"):
+                self.start(item)
+            return
+        if deleting and pod.terminating_until is None:
+            grace = meta.get("deletionGracePeriodSeconds")
+            pod.terminating_until = now + float(30 if grace is None else grace)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pod.process.pid, signal.SIGTERM)
+            log("pod terminating", pod=f"{pod.namespace}/{pod.name}", grace_s=grace)
+        if pod.terminating_until is not None:
+            if pod.process.poll() is not None or now >= pod.terminating_until:
+                self.remove(pod)
+                self.confirm_deletion(pod.namespace, pod.name, pod.uid)
+                return
+        elif pod.process.poll() is not None:
+            # restartPolicy Always: the container comes back in the same sandbox.
+            pod.process = self._spawn(pod.netns, pod.name, pod.args)
+            pod.restarts += 1
+            pod.ready = pod.probe is None
+            log("pod restarted", pod=f"{pod.namespace}/{pod.name}", restarts=pod.restarts)
+        self.probe(pod, now)
+        self.write_status(pod)
 
     def run(self) -> None:
         backoff = TICK_S
@@ -371,17 +475,28 @@ class Agent:
             try:
                 self.tick()
                 backoff = TICK_S
-            except (OSError, http.client.HTTPException, urllib.error.URLError, ValueError) as e:
-                backoff = min(backoff * 2, 2.0)
-                log("tick failed, retrying", error=str(e), retry_s=backoff)
-            except subprocess.CalledProcessError as e:
-                backoff = min(backoff * 2, 2.0)
-                log("sandbox set-up failed, retrying", error=str(e.stderr).strip()[:300])
+            except Exception as e:
+                # Whatever it is, the agent goes on: one that died would leave its node's Pods
+                # as they were, unready, and nothing would say why.
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                log("tick failed, retrying", level="error", retry_s=backoff, **describe(e))
             time.sleep(backoff)
 
 
-def _ip(argv: list[str]) -> None:
-    subprocess.run(["ip", *argv], check=True, capture_output=True, text=True)
+def _ip(argv: list[str], *, input: str | None = None, check: bool = True) -> str:
+    """`ip` with `argv`; its output. With `check`, a failure raises CalledProcessError."""
+    result = subprocess.run(["ip", *argv], input=input, check=check, capture_output=True, text=True)
+    return result.stdout
+
+
+def remove_sandbox(netns: str, veth: str) -> None:
+    """Remove a Pod's network namespace, its veth and any process left in it. What is missing
+    is skipped, so this also clears a sandbox made halfway, or one left by an agent that died."""
+    for pid in _ip(["netns", "pids", netns], check=False).split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
+    _ip(["netns", "del", netns], check=False)
+    _ip(["link", "del", veth], check=False)
 
 
 def _http_ok(address: str, port: int, path: str) -> bool:
