@@ -76,6 +76,7 @@ class Target:
     slow: int = 0
     failures: Counter[str] = field(default_factory=Counter)
     nodes: Counter[str] = field(default_factory=Counter)
+    sources: Counter[str] = field(default_factory=Counter)  # the client address each backend saw
     last_ok: float | None = None
     max_gap_s: float = 0.0
     max_latency_s: float = 0.0
@@ -94,8 +95,12 @@ class Target:
             "slow": self.slow,
             "failures": dict(self.failures),
             "nodes": dict(self.nodes),
+            "sources": dict(self.sources),
             "max_gap_s": round(self.max_gap_s, 3),
             "max_latency_s": round(self.max_latency_s, 3),
+            # When the last answer came, on the machine's monotonic clock: a caller can tell
+            # whether the load still got answers after an event it timed itself.
+            "last_ok_monotonic": None if self.last_ok is None else round(self.last_ok, 6),
         }
 
 
@@ -164,6 +169,7 @@ class Load:
         stats.answered(now, now - began)
         fields = line.decode(errors="replace").split()
         stats.nodes[fields[1] if len(fields) > 1 else "?"] += 1
+        stats.sources[fields[2] if len(fields) > 2 else "?"] += 1
 
     async def requests(self) -> None:
         count = int(self.args.rate * self.args.duration)
