@@ -84,11 +84,11 @@ def service(lab: network_lab.Lab, namespace: str, name: str, mode: str, nodes: l
     )
     if mode == "bgp":
         every = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1)}
-        objects.wait_until("every nexthop", lambda: witness.fib(lab, vip) == every)
+        objects.wait_equal("every nexthop", lambda: witness.fib(lab, vip), every)
     else:
         owner = l2_owner(lab, vip)
-        objects.wait_until(
-            "the owner to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(owner)}
+        objects.wait_equal(
+            "the owner to answer", lambda: witness.arp_macs(lab, vip), {lab.node_mac(owner)}
         )
     return vip
 
@@ -218,9 +218,7 @@ def speaker_restart_without_kube_proxy(
             seen_hops |= witness.fib(lab, bgp_vip)
     finally:
         lab.start_kube_proxy(node)
-    objects.wait_until(
-        f"node{node} to answer again", lambda: witness.arp_macs(lab, l2_vip) == {mac}
-    )
+    objects.wait_equal(f"node{node} to answer again", lambda: witness.arp_macs(lab, l2_vip), {mac})
     objects.wait_until(f"node{node} back", lambda: hop in witness.fib(lab, bgp_vip))
     return {"node": node, "announced_while_down": mac in seen_macs or hop in seen_hops}
 
@@ -328,13 +326,12 @@ def _under_load(
 def _wait_back(lab: network_lab.Lab, vip: str, mode: str, node: int) -> None:
     """Until node `node` answers for the L2 address again, or is a BGP nexthop of it again."""
     if mode == "l2":
-        objects.wait_until(
-            f"node{node} to answer again",
-            lambda: witness.arp_macs(lab, vip) == {lab.node_mac(node)},
+        objects.wait_equal(
+            f"node{node} to answer again", lambda: witness.arp_macs(lab, vip), {lab.node_mac(node)}
         )
     else:
         every = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1)}
-        objects.wait_until(f"node{node} back", lambda: witness.fib(lab, vip) == every)
+        objects.wait_equal(f"node{node} back", lambda: witness.fib(lab, vip), every)
 
 
 def drain(lab: network_lab.Lab, vip: str, mode: str, how: str, index: int | None = None) -> Drained:
@@ -376,12 +373,12 @@ def local_service(
     )
     if mode == "bgp":
         hops = {str(lab.node_v4(i)) for i in nodes}
-        objects.wait_until("a nexthop per backend node", lambda: witness.fib(lab, vip) == hops)
+        objects.wait_equal("a nexthop per backend node", lambda: witness.fib(lab, vip), hops)
     else:
         excluded = tuple(i for i in range(1, lab.nodes + 1) if i not in nodes)
         owner = l2_owner(lab, vip, excluding=excluded)
-        objects.wait_until(
-            "the owner to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(owner)}
+        objects.wait_equal(
+            "the owner to answer", lambda: witness.arp_macs(lab, vip), {lab.node_mac(owner)}
         )
     return vip
 
@@ -431,9 +428,10 @@ def delete_node(lab: network_lab.Lab, vip: str, mode: str) -> Drained:
         )
     finally:
         _patch_node(lab, node, {"metadata": {"finalizers": None}})
-        objects.wait_until(
+        objects.wait_equal(
             f"{name} gone",
-            lambda: lab.kubectl("get", "nodes", "-o", "name").count(f"node/{name}\n") == 0,
+            lambda: lab.kubectl("get", "nodes", "-o", "name").count(f"node/{name}\n"),
+            0,
         )
         lab.restore_node(node)
         if lab.kube_proxy_pid(node) is None:

@@ -74,6 +74,22 @@ def wait_until(
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
+def wait_equal(
+    what: str,
+    read: Callable[[], Any],
+    want: Any,
+    timeout: float = WAIT_S,
+    every: float = 0.05,
+) -> None:
+    """Poll until `read()` equals `want`; when it gives up, it says what it read last."""
+
+    def check() -> bool | Missing:
+        got = read()
+        return True if got == want else Missing(f"wanted {want!r}, last read {got!r}")
+
+    wait_until(what, check, timeout, every)
+
+
 def apply(lab: network_lab.Lab, *objects: dict[str, Any]) -> None:
     lab.kubectl(
         "apply",

@@ -203,9 +203,10 @@ def test_deleting_the_owners_speaker_pod_moves_the_vip(
     started = time.monotonic()
     lab.kubectl("delete", "pod", pod, "-n", NS, "--wait=false")
     other_mac = lab.node_mac(int(other[4:]))
-    objects.wait_until(
+    objects.wait_equal(
         f"the ToR's neighbour entry for {vip} to move to {other}",
-        lambda: _neighbour_mac(lab, vip) == other_mac,
+        lambda: _neighbour_mac(lab, vip),
+        other_mac,
     )
     moved = time.monotonic() - started
     answer = objects.wait_until(

@@ -76,19 +76,19 @@ def test_cluster_policy_gives_ecmp_over_every_node(
     objects.set_backends(lab, app_namespace, "web", [1])
     v4, v6 = sorted(objects.ingress(lab, app_namespace, "web", 2), key=lambda a: ":" in a)
     everyone = [1, 2, 3]
-    objects.wait_until(
+    objects.wait_equal(
         "ECMP over all three nodes",
-        lambda: witness.fib(lab, f"{v4}/32") == nexthops_of(lab, everyone),
+        lambda: witness.fib(lab, f"{v4}/32"),
+        nexthops_of(lab, everyone),
     )
     path = json.loads(lab.vtysh(f"show bgp ipv4 unicast {v4}/32 json").stdout)["paths"][0]
     # The alias resolved to 65535:65281, which FRR prints by its well-known name.
     assert path["community"]["string"].split() == ["64512:100", "no-export"]
     assert path["largeCommunity"]["string"] == "64512:1:2"
-    objects.wait_until(
+    objects.wait_equal(
         "a ServiceBGPStatus from every node",
-        lambda: (
-            objects.status_nodes(lab, "servicebgpstatuses", app_namespace) == set(lab.node_names)
-        ),
+        lambda: objects.status_nodes(lab, "servicebgpstatuses", app_namespace),
+        set(lab.node_names),
     )
     statuses = json.loads(lab.kubectl("get", "servicebgpstatuses", "-n", NS, "-o", "json"))
     mine = [s for s in statuses["items"] if s["status"]["serviceNamespace"] == app_namespace]
@@ -104,13 +104,11 @@ def test_local_policy_follows_the_endpoints(
     objects.set_backends(lab, app_namespace, "local", [2])
     (vip,) = objects.ingress(lab, app_namespace, "local", 1)
     prefix = f"{vip}/32"
-    objects.wait_until("node2 alone", lambda: witness.fib(lab, prefix) == nexthops_of(lab, [2]))
+    objects.wait_equal("node2 alone", lambda: witness.fib(lab, prefix), nexthops_of(lab, [2]))
     objects.set_backends(lab, app_namespace, "local", [1, 3])
-    objects.wait_until(
-        "nodes 1 and 3", lambda: witness.fib(lab, prefix) == nexthops_of(lab, [1, 3])
-    )
+    objects.wait_equal("nodes 1 and 3", lambda: witness.fib(lab, prefix), nexthops_of(lab, [1, 3]))
     objects.set_backends(lab, app_namespace, "local", [])
-    objects.wait_until("the route to go", lambda: witness.fib(lab, prefix) == set())
+    objects.wait_equal("the route to go", lambda: witness.fib(lab, prefix), set())
 
 
 @pytest.mark.parametrize("how", ["sigkill", "sigterm"])
@@ -121,17 +119,15 @@ def test_a_lost_speaker_leaves_the_ecmp_set(
     objects.set_backends(lab, app_namespace, "web", [1, 2, 3])
     (vip,) = objects.ingress(lab, app_namespace, "web", 1)
     prefix = f"{vip}/32"
-    objects.wait_until(
-        "three nexthops", lambda: witness.fib(lab, prefix) == nexthops_of(lab, [1, 2, 3])
+    objects.wait_equal(
+        "three nexthops", lambda: witness.fib(lab, prefix), nexthops_of(lab, [1, 2, 3])
     )
     try:
         deployment.signal_speaker(3, signal.SIGKILL if how == "sigkill" else signal.SIGTERM)
-        objects.wait_until(
-            "node3 to leave", lambda: witness.fib(lab, prefix) == nexthops_of(lab, [1, 2])
+        objects.wait_equal(
+            "node3 to leave", lambda: witness.fib(lab, prefix), nexthops_of(lab, [1, 2])
         )
     finally:
         deployment.stop_speaker(3, signal.SIGKILL)
         deployment.start_speaker(3)
-    objects.wait_until(
-        "node3 back", lambda: witness.fib(lab, prefix) == nexthops_of(lab, [1, 2, 3])
-    )
+    objects.wait_equal("node3 back", lambda: witness.fib(lab, prefix), nexthops_of(lab, [1, 2, 3]))

@@ -125,8 +125,8 @@ def test_explain_names_each_nodes_reason(
     other = 2 if owner == 1 else 1
     name = {i: lab.node_names[i - 1] for i in range(1, lab.nodes + 1)}
     key = f"{app_namespace}/why"
-    objects.wait_until(
-        "the owner to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(owner)}
+    objects.wait_equal(
+        "the owner to answer", lambda: witness.arp_macs(lab, vip), {lab.node_mac(owner)}
     )
     view = explain(lab, key)
     assert reasons(view, "layer2") == {
@@ -155,9 +155,10 @@ def test_explain_names_each_nodes_reason(
 
     datapath.start_drain(lab, 3, "exclude-label")
     try:
-        objects.wait_until(
+        objects.wait_equal(
             "node3 to say it is excluded",
-            lambda: reasons(explain(lab, key), "layer2")[name[3]] == "nodeLabeledExcludeBalancers",
+            lambda: reasons(explain(lab, key), "layer2")[name[3]],
+            "nodeLabeledExcludeBalancers",
         )
     finally:
         datapath.end_drain(lab, 3)
@@ -167,12 +168,10 @@ def test_explain_names_each_nodes_reason(
     )
     objects.set_backends(lab, app_namespace, "orphan", [1])
     objects.ingress(lab, app_namespace, "orphan", 1)
-    objects.wait_until(
+    objects.wait_equal(
         "every node to say no advertisement selects the pool",
-        lambda: (
-            set(reasons(explain(lab, f"{app_namespace}/orphan"), "layer2").values())
-            == {"noMatchingAdvertisement"}
-        ),
+        lambda: set(reasons(explain(lab, f"{app_namespace}/orphan"), "layer2").values()),
+        {"noMatchingAdvertisement"},
     )
 
 

@@ -63,11 +63,10 @@ def node_index_of_mac(lab: network_lab.Lab, mac: str | None) -> int | None:
 
 def wait_for_l2_status_of(lab: network_lab.Lab, namespace: str, node: int, who: str) -> None:
     """Until the namespace's ServiceL2Status objects name that node and no other."""
-    objects.wait_until(
+    objects.wait_equal(
         f"only the ServiceL2Status of {who}",
-        lambda: (
-            objects.status_nodes(lab, "servicel2statuses", namespace) == {lab.node_names[node - 1]}
-        ),
+        lambda: objects.status_nodes(lab, "servicel2statuses", namespace),
+        {lab.node_names[node - 1]},
         timeout=30,
     )
 
@@ -87,17 +86,15 @@ def test_one_node_answers_arp_and_ndp(
     v4, v6 = sorted(ips, key=lambda a: ":" in a)
     # As in MetalLB, the Service's first address elects the node for every one of them.
     owner = expected_owner(lab, ips[0])
-    objects.wait_until("one ARP answer", lambda: witness.arp_macs(lab, v4) == {lab.node_mac(owner)})
-    objects.wait_until("the NDP answer", lambda: witness.ndp_mac(lab, v6) == lab.node_mac(owner))
+    objects.wait_equal("one ARP answer", lambda: witness.arp_macs(lab, v4), {lab.node_mac(owner)})
+    objects.wait_equal("the NDP answer", lambda: witness.ndp_mac(lab, v6), lab.node_mac(owner))
     touch(lab, v4)
     assert witness.neighbour_mac(lab, v4) == lab.node_mac(owner)
 
-    objects.wait_until(
+    objects.wait_equal(
         "the owner's ServiceL2Status",
-        lambda: (
-            objects.status_nodes(lab, "servicel2statuses", app_namespace)
-            == {lab.node_names[owner - 1]}
-        ),
+        lambda: objects.status_nodes(lab, "servicel2statuses", app_namespace),
+        {lab.node_names[owner - 1]},
     )
     events = json.loads(lab.kubectl("get", "events", "-n", app_namespace, "-o", "json"))["items"]
     assert any(
@@ -113,8 +110,8 @@ def test_failover_moves_the_tor_neighbour_entry(
     objects.set_backends(lab, app_namespace, "web", [1, 2, 3])
     (vip,) = objects.ingress(lab, app_namespace, "web", 1)
     owner = expected_owner(lab, vip)
-    objects.wait_until(
-        "the owner to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(owner)}
+    objects.wait_equal(
+        "the owner to answer", lambda: witness.arp_macs(lab, vip), {lab.node_mac(owner)}
     )
     touch(lab, vip)
     assert witness.neighbour_mac(lab, vip) == lab.node_mac(owner)
@@ -126,9 +123,10 @@ def test_failover_moves_the_tor_neighbour_entry(
         else:
             deploy.cut_link(lab, owner)
         # No flush: the new owner's gratuitous ARP must move the existing entry.
-        objects.wait_until(
+        objects.wait_equal(
             "the ToR's entry to move to the successor",
-            lambda: witness.neighbour_mac(lab, vip) == lab.node_mac(successor),
+            lambda: witness.neighbour_mac(lab, vip),
+            lab.node_mac(successor),
             timeout=30,
         )
         assert witness.arp_macs(lab, vip) == {lab.node_mac(successor)}
@@ -142,9 +140,10 @@ def test_failover_moves_the_tor_neighbour_entry(
         else:
             deploy.restore_link(lab, owner)
     # The original owner wins the hash again once it is back.
-    objects.wait_until(
+    objects.wait_equal(
         "the owner to take its address back",
-        lambda: witness.arp_macs(lab, vip) == {lab.node_mac(owner)},
+        lambda: witness.arp_macs(lab, vip),
+        {lab.node_mac(owner)},
         timeout=40,
     )
     wait_for_l2_status_of(lab, app_namespace, owner, "the owner again")
@@ -156,11 +155,11 @@ def test_local_policy_follows_the_endpoint(
     objects.create_service(lab, app_namespace, "local", local=True, dual=False)
     objects.set_backends(lab, app_namespace, "local", [2])
     (vip,) = objects.ingress(lab, app_namespace, "local", 1)
-    objects.wait_until("node2 to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(2)})
+    objects.wait_equal("node2 to answer", lambda: witness.arp_macs(lab, vip), {lab.node_mac(2)})
     objects.set_backends(lab, app_namespace, "local", [3])
-    objects.wait_until("node3 to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(3)})
+    objects.wait_equal("node3 to answer", lambda: witness.arp_macs(lab, vip), {lab.node_mac(3)})
     objects.set_backends(lab, app_namespace, "local", [])
-    objects.wait_until("nobody to answer", lambda: witness.arp_macs(lab, vip) == set())
+    objects.wait_equal("nobody to answer", lambda: witness.arp_macs(lab, vip), set())
 
 
 def test_client_reaches_the_vip_with_its_source_address_kept(
@@ -169,7 +168,7 @@ def test_client_reaches_the_vip_with_its_source_address_kept(
     objects.create_service(lab, app_namespace, "echo", local=True, dual=False)
     objects.set_backends(lab, app_namespace, "echo", [1])
     (vip,) = objects.ingress(lab, app_namespace, "echo", 1)
-    objects.wait_until("node1 to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(1)})
+    objects.wait_equal("node1 to answer", lambda: witness.arp_macs(lab, vip), {lab.node_mac(1)})
     answer = objects.wait_until("an answer through the VIP", lambda: objects.request(lab, vip))
     pod, node, source = answer.split()
     assert (pod, node) == (objects.pod_name("echo", 1), lab.node_names[0])

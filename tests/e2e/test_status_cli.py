@@ -123,8 +123,8 @@ def settled(lab: network_lab.Lab) -> tuple[str, str, int, str]:
     (mac,) = macs
     owner = next(i for i in range(1, lab.nodes + 1) if lab.node_mac(i) == mac)
     node2 = str(lab.node_v4(2))
-    objects.wait_until(
-        "routed's route via node2", lambda: witness.fib(lab, f"{routed}/32") == {node2}
+    objects.wait_equal(
+        "routed's route via node2", lambda: witness.fib(lab, f"{routed}/32"), {node2}
     )
     everyone = {str(lab.node_v4(i)) for i in range(1, lab.nodes + 1)}
     objects.wait_until("three BGP sessions", lambda: established_on_tor(lab) >= everyone)
@@ -244,8 +244,8 @@ def test_text_output_and_a_dead_speaker(lab: network_lab.Lab, cluster: deploy.De
         # speaker is back); the text says its speaker is unreachable.
         (new_owner,) = named - {lab.node_names[victim - 1]}
         new_mac = lab.node_mac(lab.node_names.index(new_owner) + 1)
-        assert objects.wait_until(
-            "the new owner to answer", lambda: witness.arp_macs(lab, vip) == {new_mac}
+        assert objects.wait_equal(
+            "the new owner to answer", lambda: witness.arp_macs(lab, vip), {new_mac}
         )
         if lab.node_names[victim - 1] in named:
             text = run_status(lab)

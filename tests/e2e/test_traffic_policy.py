@@ -147,14 +147,15 @@ def test_a_node_without_a_local_endpoint_drops_and_says_503(
     objects.create_service(lab, app_namespace, "local", local=True, annotations=FROM_BGP_POOL)
     objects.set_backends(lab, app_namespace, "local", [1])
     (vip,) = objects.ingress(lab, app_namespace, "local", 1)
-    objects.wait_until(
-        "the ToR to route via node1 only", lambda: witness.fib(lab, vip) == hops(lab, [1])
+    objects.wait_equal(
+        "the ToR to route via node1 only", lambda: witness.fib(lab, vip), hops(lab, [1])
     )
     spec = spec_of(lab, app_namespace, "local")
     port, node_port = int(spec["healthCheckNodePort"]), int(spec["ports"][0]["nodePort"])
-    objects.wait_until(
+    objects.wait_equal(
         "healthCheckNodePort 200 on node1, 503 elsewhere",
-        lambda: health_codes(lab, port) == [200, 503, 503],
+        lambda: health_codes(lab, port),
+        [200, 503, 503],
     )
     targets = [(str(lab.node_v4(i)), node_port) for i in range(1, lab.nodes + 1)]
     answers = objects.requests(lab, targets, timeout=1.0)
@@ -170,9 +171,7 @@ def test_a_node_without_a_local_endpoint_drops_and_says_503(
         "every node to forward",
         lambda: all(a is not None for a in objects.requests(lab, targets, timeout=1.0)),
     )
-    objects.wait_until(
-        "ECMP over every node", lambda: witness.fib(lab, vip) == hops(lab, [1, 2, 3])
-    )
+    objects.wait_equal("ECMP over every node", lambda: witness.fib(lab, vip), hops(lab, [1, 2, 3]))
 
 
 def test_readiness_flips_move_the_l2_owner(
@@ -182,30 +181,29 @@ def test_readiness_flips_move_the_l2_owner(
     objects.set_backends(lab, app_namespace, "web", [1, 2, 3])
     (vip,) = objects.ingress(lab, app_namespace, "web", 1)
     owner = lab.node_names.index(election.owner(vip, lab.node_names) or "") + 1
-    objects.wait_until(
-        "the owner to answer", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(owner)}
+    objects.wait_equal(
+        "the owner to answer", lambda: witness.arp_macs(lab, vip), {lab.node_mac(owner)}
     )
     others = [lab.node_names[i - 1] for i in range(1, lab.nodes + 1) if i != owner]
     successor = lab.node_names.index(election.owner(vip, others) or "") + 1
 
     objects.set_ready(lab, app_namespace, objects.pod_name("web", owner), False)
-    objects.wait_until(
+    objects.wait_equal(
         "the owner's endpoint to turn unready",
-        lambda: (
-            objects.ready_endpoint_nodes(lab, app_namespace, "web")
-            == {lab.node_names[i - 1] for i in range(1, lab.nodes + 1) if i != owner}
-        ),
+        lambda: objects.ready_endpoint_nodes(lab, app_namespace, "web"),
+        {lab.node_names[i - 1] for i in range(1, lab.nodes + 1) if i != owner},
     )
-    objects.wait_until(
+    objects.wait_equal(
         "the successor to answer alone",
-        lambda: witness.arp_macs(lab, vip) == {lab.node_mac(successor)},
+        lambda: witness.arp_macs(lab, vip),
+        {lab.node_mac(successor)},
     )
     answer = objects.wait_until("an answer", lambda: objects.request(lab, vip))
     assert answer.split()[1] == lab.node_names[successor - 1]
 
     objects.set_ready(lab, app_namespace, objects.pod_name("web", owner), True)
-    objects.wait_until(
-        "the owner to answer again", lambda: witness.arp_macs(lab, vip) == {lab.node_mac(owner)}
+    objects.wait_equal(
+        "the owner to answer again", lambda: witness.arp_macs(lab, vip), {lab.node_mac(owner)}
     )
 
 
@@ -215,11 +213,11 @@ def test_readiness_flips_move_bgp_nexthops(
     objects.create_service(lab, app_namespace, "web", local=True, annotations=FROM_BGP_POOL)
     objects.set_backends(lab, app_namespace, "web", [1, 2, 3])
     (vip,) = objects.ingress(lab, app_namespace, "web", 1)
-    objects.wait_until("three nexthops", lambda: witness.fib(lab, vip) == hops(lab, [1, 2, 3]))
+    objects.wait_equal("three nexthops", lambda: witness.fib(lab, vip), hops(lab, [1, 2, 3]))
     objects.set_ready(lab, app_namespace, objects.pod_name("web", 2), False)
-    objects.wait_until("node2 to leave", lambda: witness.fib(lab, vip) == hops(lab, [1, 3]))
+    objects.wait_equal("node2 to leave", lambda: witness.fib(lab, vip), hops(lab, [1, 3]))
     objects.set_ready(lab, app_namespace, objects.pod_name("web", 2), True)
-    objects.wait_until("node2 back", lambda: witness.fib(lab, vip) == hops(lab, [1, 2, 3]))
+    objects.wait_equal("node2 back", lambda: witness.fib(lab, vip), hops(lab, [1, 2, 3]))
 
 
 @pytest.mark.parametrize("mode", ["l2", "bgp"])

@@ -93,6 +93,20 @@ def test_a_plain_false_answer_keeps_the_old_message() -> None:
         objects.wait_until("it", lambda: None, timeout=1)
 
 
+def test_wait_equal_says_what_it_read_last() -> None:
+    reads = iter([{"aa:01"}, {"aa:01", "aa:02"}] + [{"aa:02", "aa:03"}] * 2000)
+    with pytest.raises(AssertionError) as raised:
+        objects.wait_equal("node2 to answer", lambda: next(reads), {"aa:02"}, timeout=5)
+    assert str(raised.value).endswith("wanted {'aa:02'}, last read {'aa:02', 'aa:03'}") or str(
+        raised.value
+    ).endswith("wanted {'aa:02'}, last read {'aa:03', 'aa:02'}")
+
+
+def test_wait_equal_returns_once_equal() -> None:
+    reads = iter([set(), {"aa:02"}])
+    objects.wait_equal("node2 to answer", lambda: next(reads), {"aa:02"})
+
+
 # --- what keeps backends from being settled ------------------------------------------------------
 
 
