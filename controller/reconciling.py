@@ -114,6 +114,12 @@ class Reconciler:
         self._seq = itertools.count()
         self._has_work = asyncio.Event()
         self._in_flight = 0
+        # One status write per Service at a time: two in flight for one key can land in either
+        # order, each diffed against a view that the other is changing (a Service went
+        # LoadBalancer -> ClusterIP -> LoadBalancer and kept its address without its pool
+        # annotation). A key asked for while its write is in flight is written again after it.
+        self._writing: set[str] = set()
+        self._again: set[str] = set()
         self._idle = asyncio.Event()
         self._idle.set()
         self._attempts: dict[tuple[Write, str], int] = {}
@@ -481,6 +487,11 @@ class Reconciler:
                 continue
             _, _, kind, key, payload = heapq.heappop(self._queue)
             self._queued.discard((kind, key))
+            if kind is Write.STATUS:
+                if key in self._writing:
+                    self._again.add(key)
+                    continue
+                self._writing.add(key)
             self._in_flight += 1
             try:
                 if kind is Write.STATUS:
@@ -501,6 +512,11 @@ class Reconciler:
                     self.unconfirmed.pop(key, None)
             finally:
                 self._in_flight -= 1
+                if kind is Write.STATUS:
+                    self._writing.discard(key)
+                    if key in self._again:
+                        self._again.discard(key)
+                        self._enqueue(Write.STATUS, key)
 
     async def _write_status(self, key: str) -> None:
         view, want = self.services.get(key), self.desired.get(key)
@@ -529,7 +545,11 @@ class Reconciler:
         if want.ips and key in self._waiting_since:
             self.metrics.allocation_latency.observe(self.clock() - self._waiting_since.pop(key))
         latest = self.desired.get(key)
-        if latest is not None and latest != want:
+        # Written again when the decision changed meanwhile, or when the object as the PATCH
+        # left it does not say what we want: the patch was diffed against a view that was
+        # already out of date (another writer, or the apiserver clearing status on a type
+        # change), so a field it left out is wrong now. The next diff is against `written`.
+        if latest is not None and (latest != want or not snapshot.applied(written, latest)):
             self.unconfirmed[key] = latest
             self._enqueue(Write.STATUS, key)
 

@@ -201,7 +201,10 @@ def status_patch(view: ServiceView, desired: Desired) -> dict[str, Any] | None:
     if view.ingress != desired.ingress:
         ingress = [{"ip": str(ip)} for ip in desired.ips] or None
         body["status"] = {"loadBalancer": {"ingress": ingress}}
-    if view.allocated_pool != desired.pool:
+    # An address is always written with its pool: the view may be out of date about the
+    # annotation (the apiserver keeps it when it clears status on a type change), and an
+    # address without its annotation is what a user would see until the next write.
+    if view.allocated_pool != desired.pool or (desired.ips and "status" in body):
         body["metadata"] = {"annotations": {keys.IP_ALLOCATED_FROM_POOL: desired.pool}}
     return body or None
 

@@ -355,3 +355,81 @@ async def test_a_service_that_changes_class_frees_its_address_and_keeps_its_stat
     await until("b to get the freed address", lambda: ingress(api, "b") == ["10.0.0.0"])
     assert "default/a" not in r.services
     assert ingress(api, "a") == ["10.0.0.0"]  # not ours any more: left as it was
+
+
+class GatedApi(FakeApi):
+    """A FakeApi whose status writes wait at a gate until the test opens it, and which counts
+    how many writes to one object are in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.in_flight: dict[str, int] = {}
+        self.most_in_flight = 0
+        self.waiting = 0
+        self.results: list[dict[str, Any]] = []  # each object as a write left it
+
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.in_flight[path] = self.in_flight.get(path, 0) + 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight[path])
+        self.waiting += 1
+        try:
+            await self.gate.wait()
+        finally:
+            self.waiting -= 1
+            self.in_flight[path] -= 1
+        written = await super().merge_patch(path, body)
+        self.results.append(written)
+        return written
+
+
+def pool_annotation(api: FakeApi, name: str) -> str | None:
+    annotations = api.get_obj(svc_path(name))["metadata"].get("annotations") or {}
+    return annotations.get("metallb.io/ip-allocated-from-pool")
+
+
+async def test_a_type_round_trip_with_writes_in_flight_keeps_address_and_pool(
+    running: Any,
+) -> None:
+    """LoadBalancer -> ClusterIP -> LoadBalancer while the first status write is still in flight:
+    the Service ends with its address and its pool annotation, no write leaves the address
+    without its pool, and no two status writes for it are ever in flight at once."""
+    api = GatedApi()
+    api.pool("p", "10.0.0.0/32")
+    api.service("a")
+    r = await running(api)
+    assert ingress(api, "a") == ["10.0.0.0"] and pool_annotation(api, "a") == "p"
+
+    api.gate.clear()
+    api.results.clear()
+    # What the apiserver does when the type leaves LoadBalancer: status.loadBalancer cleared,
+    # the annotation kept.
+    obj = api.get_obj(svc_path("a"))
+    obj["spec"]["type"] = "ClusterIP"
+    obj["status"] = {"loadBalancer": {}}
+    r.observe_service("MODIFIED", api.put(svc_path("a"), obj))
+    await until("the clearing write in flight", lambda: api.waiting == 1)
+    obj = api.get_obj(svc_path("a"))
+    obj["spec"]["type"] = "LoadBalancer"
+    r.observe_service("MODIFIED", api.put(svc_path("a"), obj))
+    for _ in range(200):  # every writer gets its turn while the gate is shut
+        await asyncio.sleep(0)
+    api.gate.set()
+    await until(
+        "address and pool back, nothing in flight",
+        lambda: (
+            ingress(api, "a") == ["10.0.0.0"]
+            and pool_annotation(api, "a") == "p"
+            and not api.waiting
+            and not r.unconfirmed
+        ),
+    )
+    for _ in range(200):
+        await asyncio.sleep(0)
+    assert ingress(api, "a") == ["10.0.0.0"] and pool_annotation(api, "a") == "p"
+    assert api.most_in_flight == 1
+    for written in api.results:
+        annotations = written["metadata"].get("annotations") or {}
+        if (written.get("status") or {}).get("loadBalancer", {}).get("ingress"):
+            assert annotations.get("metallb.io/ip-allocated-from-pool") == "p", written

@@ -178,6 +178,17 @@ def test_status_patch_only_touches_what_differs() -> None:
     }
 
 
+def test_an_address_is_written_with_its_pool_even_when_the_view_has_the_annotation() -> None:
+    # The apiserver clears status.loadBalancer on a type change and keeps the annotation; a view
+    # that still shows the annotation must not leave it out of the write that puts the address
+    # back (another write in flight may be removing it).
+    view = snapshot.service_view(svc(annotations={"metallb.io/ip-allocated-from-pool": "p"}))
+    assert snapshot.status_patch(view, snapshot.Desired((ip("1.2.3.4"),), "p")) == {
+        "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}},
+        "metadata": {"annotations": {"metallb.io/ip-allocated-from-pool": "p"}},
+    }
+
+
 def test_clearing_nulls_the_ingress_and_removes_the_annotation() -> None:
     view = snapshot.service_view(
         svc(
