@@ -111,6 +111,13 @@ class NodeReadiness:
         flags = (_PROXY_READY if self.proxy_ready else 0) | (_OVERFLOW if overflow else 0)
         return bytes((_VERSION, flags)) + b"\n".join(keys)
 
+    def as_gossiped(self) -> NodeReadiness:
+        """This verdict as the other nodes read it: cut at MAX_ENCODED. Wherever every node must
+        decide alike (the L2 election), a node uses this for itself, not its whole list: keys
+        past the cut would otherwise make it defer to a winner that thinks it is the winner."""
+        found = decode(self.encode())
+        return self if found is None else found
+
 
 def decode(data: bytes) -> NodeReadiness | None:
     """A peer's gossiped readiness; None when it sent none (an older speaker) or garbage."""

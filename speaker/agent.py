@@ -326,7 +326,7 @@ class Agent:
                 if found is not None:
                     out[name] = found
         if self.prober is not None:
-            out[self.options.node_name] = self.prober.readiness()
+            out[self.options.node_name] = self.prober.readiness().as_gossiped()
         return out
 
     async def reconcile_once(self) -> None:
@@ -349,11 +349,13 @@ class Agent:
             # The Local Services this pass would announce from here are probed from now on; one
             # not yet confirmed by kube-proxy is not announced in this very pass either.
             self.prober.set_targets(self._node_ip(), _local_targets(snap, me))
-            own = dataclasses.replace(
-                snap, readiness={**snap.readiness, me: self.prober.readiness()}
-            )
+            verdict = self.prober.readiness()
+            own = dataclasses.replace(snap, readiness={**snap.readiness, me: verdict})
             if alive is not None:
-                snap = own
+                # The election must see our verdict as the others see it (gossip cuts it).
+                snap = dataclasses.replace(
+                    snap, readiness={**snap.readiness, me: verdict.as_gossiped()}
+                )
         stale = self.last_good is not None and snap.config is self.last_good
         if not stale:
             self.last_good = snap.config

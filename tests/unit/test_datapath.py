@@ -59,3 +59,11 @@ def test_drain_reasons_in_order() -> None:
     )
     got = datapath.drain(deleting=False, taints=(), unschedulable=True, drain_on_cordon=True)
     assert got is not None and got.reason == datapath.Reason.NODE_CORDONED
+
+
+@given(st.booleans(), st.frozensets(keys, max_size=60))
+def test_as_gossiped_is_what_the_others_decode(ready: bool, lagging: frozenset[str]) -> None:
+    verdict = datapath.NodeReadiness(ready, lagging)
+    seen = verdict.as_gossiped()
+    assert seen == datapath.decode(verdict.encode())
+    assert seen.as_gossiped() == seen  # cutting again changes nothing

@@ -638,3 +638,44 @@ def test_with_readiness_still_one_owner_and_never_a_not_ready_one(
                 service = next(s for s in services if s.key == key)
                 assert state is None or state.ready_for(key, service.local)
     assert all(len(v) == 1 for v in owners.values())
+
+
+def test_a_lag_list_cut_by_gossip_still_gives_every_service_one_announcer() -> None:
+    """30 Local Services lag in iris1's kube-proxy: more than gossip carries. If iris1 elected
+    from its whole list while iris2 elects from the cut one, each would leave to the other the
+    Services past the cut that iris1 wins on the hash, and nobody would announce them; both
+    electing from the gossiped view (what the speaker does) gives each exactly one announcer."""
+    services = [
+        svc(f"10.20.30.{i + 1}", name=f"frontend-svc-{i:02}", local=True,
+            endpoints=[ep("iris1"), ep("iris2")])
+        for i in range(30)
+    ]  # fmt: skip
+    lag = datapath.NodeReadiness(
+        proxy_ready=True,
+        unready_local=frozenset(f"ns/frontend-svc-{i:02}" for i in range(30)),
+    )
+    gossiped = lag.as_gossiped()
+    assert gossiped.overflow and gossiped.unready_local < lag.unready_local
+
+    def announced(readiness_by_node: dict[str, dict[str, datapath.NodeReadiness]]) -> list[int]:
+        counts = []
+        for service in services:
+            address = service.ips[0]
+            counts.append(
+                sum(
+                    address
+                    in {
+                        e.address
+                        for e in desired.l2_plan(
+                            snapshot(services, readiness=readiness_by_node[n]), model.NodeName(n)
+                        ).mine
+                    }
+                    for n in ("iris1", "iris2")
+                )
+            )
+        return counts
+
+    split = announced({"iris1": {"iris1": lag}, "iris2": {"iris1": gossiped}})
+    assert 0 in split  # the disagreement the gossiped view prevents
+    agreed = announced({"iris1": {"iris1": gossiped}, "iris2": {"iris1": gossiped}})
+    assert agreed == [1] * len(services)
