@@ -164,6 +164,11 @@ class Elector:
             unchanged_since = self._seen[1] if self._seen else sent
             action = decide(record, self.identity, unchanged_since, self.clock())
             if action is Action.WAIT:
+                if record is not None and record.holder not in ("", self.identity):
+                    # Someone else holds it now (the Lease was deleted or edited, or we were
+                    # too late): stop writing at once, not when our last renewal runs out,
+                    # or two replicas allocate at the same time.
+                    self._valid_until = 0.0
                 return False
             if action is Action.CREATE:
                 lease = await self.client.create(
