@@ -35,6 +35,8 @@ import yaml
 # In-flight requests allowed at once. The bench's floor uses the same number (be honest).
 CONCURRENCY = 8
 REQUEST_TIMEOUT_S = 30.0
+WATCH_QUIET_S = 300.0  # the longest a watch without `timeoutSeconds` may be silent
+WATCH_READ_SLACK_S = 30.0  # beyond the server's own end of a watch, before we call it dead
 LIST_CHUNK = 500
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -366,7 +368,14 @@ class Client:
         """The events of one watch request, as they arrive (until the server ends it)."""
         session = self._open()
         query = {**(params or {}), "watch": "true"}
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=REQUEST_TIMEOUT_S)
+        # A watch is silent at most until the server ends it (`timeoutSeconds`; bookmarks come
+        # about once a minute before that). A connection silent for longer is dead without
+        # having said so (no RST: a control-plane node gone, a NAT entry expired): without a
+        # read timeout the watch would wait on it for ever and its kind's view would freeze.
+        quiet_s = float(query.get("timeoutSeconds", WATCH_QUIET_S)) + WATCH_READ_SLACK_S
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=REQUEST_TIMEOUT_S, sock_read=quiet_s
+        )
         try:
             async with session.get(
                 path, params=query, headers=self._headers(None), timeout=timeout
