@@ -118,26 +118,61 @@ def generate(
 
 
 def server_context(cert: ServingCertificate) -> ssl.SSLContext:
-    """A TLS server context for `cert` (ssl can only load a key from a file: a private temp one)."""
+    """A TLS server context for `cert`."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    use(context, cert)
+    return context
+
+
+def use(context: ssl.SSLContext, cert: ServingCertificate) -> None:
+    """Serve `cert` from now on: handshakes after this call present it, connections already
+    made keep theirs (ssl can only load a key from a file: a private temp one)."""
     with tempfile.TemporaryDirectory(prefix="ironlb-webhook-") as directory:
         path = os.path.join(directory, "tls.pem")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(cert.cert_pem + cert.key_pem)
+        # Into a scratch context first: OpenSSL takes the certificate before it checks the key,
+        # so a pair that does not match would leave the live context serving nothing.
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(path)
         context.load_cert_chain(path)
-    return context
+
+
+CERT_FILE, KEY_FILE, CA_FILE = "tls.crt", "tls.key", "ca.crt"
 
 
 def load(cert_file: str, key_file: str, ca_file: str | None = None) -> ServingCertificate:
-    """A certificate mounted from a Secret (cert-manager, Helm); the CA defaults to the chain."""
+    """A certificate mounted from a Secret (cert-manager, Helm); the CA defaults to the chain,
+    also when `ca_file` does not exist (issuers that write no `ca.crt`)."""
     with open(cert_file, "rb") as f:
         cert_pem = f.read()
     with open(key_file, "rb") as f:
         key_pem = f.read()
     ca_pem = cert_pem
-    if ca_file:
+    if ca_file and os.path.exists(ca_file):
         with open(ca_file, "rb") as f:
             ca_pem = f.read()
     return ServingCertificate(ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem)
+
+
+def load_dir(directory: str) -> ServingCertificate:
+    """The certificate of a mounted Secret's directory (`tls.crt`, `tls.key`, `ca.crt`)."""
+    return load(
+        os.path.join(directory, CERT_FILE),
+        os.path.join(directory, KEY_FILE),
+        os.path.join(directory, CA_FILE),
+    )
+
+
+def fingerprint(directory: str) -> tuple[tuple[str, int, int], ...]:
+    """What changes when a mounted Secret is renewed: each file's inode change time and size.
+    The kubelet swaps the `..data` link, cert-manager rewrites the Secret: either changes it."""
+    found = []
+    for name in (CERT_FILE, KEY_FILE, CA_FILE):
+        try:
+            st = os.stat(os.path.join(directory, name))
+        except OSError:
+            continue
+        found.append((name, st.st_ctime_ns, st.st_size))
+    return tuple(found)

@@ -206,11 +206,11 @@ async def run(options: Options) -> int:
         await server.start()
         servers.append(server)
         log.info("metrics listening", extra={"port": server.port})
+    following: asyncio.Task[None] | None = None
     if options.webhook_port:
         certificate = None
         if options.webhook_cert_dir:
-            d = options.webhook_cert_dir
-            certificate = certs.load(f"{d}/tls.crt", f"{d}/tls.key", f"{d}/ca.crt")
+            certificate = certs.load_dir(options.webhook_cert_dir)
         hook = webhook.WebhookServer(
             lister(client, options.namespace),
             options.namespace,
@@ -221,6 +221,9 @@ async def run(options: Options) -> int:
         await hook.start()
         servers.append(hook)
         log.info("webhook listening", extra={"port": hook.port})
+        if options.webhook_cert_dir:
+            follower = webhook.CertificateFollower(hook, options.webhook_cert_dir)
+            following = asyncio.ensure_future(follower.run())
 
     log.info(
         "ironlb controller starting",
@@ -313,6 +316,8 @@ async def run(options: Options) -> int:
         if code != EXIT_LEASE_LOST:
             await elector.release()
         stopping.cancel()
+        if following is not None:
+            following.cancel()
         for server in servers:
             await server.stop()
         await client.close()

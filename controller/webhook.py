@@ -20,6 +20,7 @@ import base64
 import datetime
 import json
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -334,7 +335,13 @@ class WebhookServer:
         )
         self._app = make_app(lister, namespace, malformed)
         self._runner: web.AppRunner | None = None
+        self._context = certs.server_context(self.certificate)
         self.port = 0
+
+    def use(self, certificate: certs.ServingCertificate) -> None:
+        """Serve a renewed certificate from the next handshake on, without a restart."""
+        certs.use(self._context, certificate)
+        self.certificate = certificate
 
     @property
     def ca_pem(self) -> bytes:
@@ -352,7 +359,7 @@ class WebhookServer:
             runner,
             self.host,
             self.requested_port,
-            ssl_context=certs.server_context(self.certificate),
+            ssl_context=self._context,
         )
         await site.start()
         self._runner = runner
@@ -362,6 +369,46 @@ class WebhookServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+CERTIFICATE_POLL_S = 30.0
+
+
+class CertificateFollower:
+    """Serves the mounted Secret's certificate as it is renewed (cert-manager at 2/3 of its
+    life, a GitOps sync minting a new one): read once at start, it would be refused by every
+    API server call once the CA bundle moved on, denying every metallb.io write until a
+    restart. A renewal caught half written (a file missing, a key not matching) keeps the
+    certificate being served and is tried again on the next check."""
+
+    def __init__(self, hook: WebhookServer, directory: str) -> None:
+        self.hook, self.directory = hook, directory
+        self._seen = certs.fingerprint(directory)
+        self._failing = ""
+
+    def check(self) -> bool:
+        """Take up a changed certificate; True when a new one is served from now on."""
+        now = certs.fingerprint(self.directory)
+        if now == self._seen:
+            return False
+        try:
+            self.hook.use(certs.load_dir(self.directory))
+        except (OSError, ssl.SSLError, ValueError) as e:
+            if str(e) != self._failing:  # once per kind of failure, not every check
+                log.error(
+                    "cannot load the renewed webhook certificate; serving the previous one",
+                    extra={"directory": self.directory, "error": str(e)},
+                )
+                self._failing = str(e)
+            return False
+        self._seen, self._failing = now, ""
+        log.info("webhook certificate reloaded", extra={"directory": self.directory})
+        return True
+
+    async def run(self, every_s: float = CERTIFICATE_POLL_S) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            self.check()
 
 
 # --- ValidatingWebhookConfiguration ---
