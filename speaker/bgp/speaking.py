@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 FIRST_RESTART_DELAY = 0.1
 MAX_RESTART_DELAY = 30.0
 WITHDRAW_WAIT = 5.0
+BFD_WITHDRAW_WAIT = 1.0  # BFD said the path is gone: about one detect time, then tear down
 RETRY_AFTER_REFUSAL = 30.0
 
 
@@ -225,6 +226,12 @@ class _Runner:
                 self._teardown = False
                 if self.bgp in ("up", "connected"):
                     log.warning("bgp %s: BFD down, tearing the session down", self.peer.name)
+                    if self.peer.graceful_restart:
+                        # ExaBGP closes a graceful-restart session without a NOTIFICATION, and
+                        # the peer then keeps our routes as stale for up to its restart time:
+                        # withdrawn first (bounded), BFD's verdict takes effect there now. The
+                        # routes go back into ExaBGP on the next turn, for when it reconnects.
+                        await self._withdraw_all(process, BFD_WITHDRAW_WAIT)
                     await process.command(rendering.teardown(self.peer))
             if self._retry_at is None or loop.time() >= self._retry_at:
                 self._retry_at = None
@@ -265,6 +272,18 @@ class _Runner:
                     self.applied[prefix] = command.attributes
         self.owner._changed()
 
+    async def _withdraw_all(self, process: exabgp.Process, wait_s: float) -> None:
+        """Withdraw every route we announced, and wait (at most `wait_s`) until ExaBGP reports
+        them off the wire or the session down."""
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(exabgp.ExaBGPError):
+            await self._push(process, routes.diff_peer(self.applied, {}))
+        deadline = loop.time() + wait_s
+        while self.bgp == "up" and self.on_wire and loop.time() < deadline:
+            self._wire_changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wire_changed.wait(), deadline - loop.time())
+
     async def _shut(self, process: exabgp.Process) -> None:
         if self._farewell is peers.Farewell.KEEP:
             log.info(
@@ -276,13 +295,7 @@ class _Runner:
             return
         loop = asyncio.get_running_loop()
         if self._farewell is peers.Farewell.WITHDRAW:
-            with contextlib.suppress(exabgp.ExaBGPError):
-                await self._push(process, routes.diff_peer(self.applied, {}))
-            deadline = loop.time() + WITHDRAW_WAIT
-            while self.bgp == "up" and self.on_wire and loop.time() < deadline:
-                self._wire_changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wire_changed.wait(), deadline - loop.time())
+            await self._withdraw_all(process, WITHDRAW_WAIT)
         if self.bgp == "up":
             # Until ExaBGP reports the session down, the NOTIFICATION may not be out yet, and
             # stopping ExaBGP first would only close the connection. ExaBGP reconnects after a

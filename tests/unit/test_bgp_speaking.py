@@ -420,6 +420,34 @@ async def test_bfd_down_tears_bgp_down_but_admin_down_does_not(
     await speaker.close()
 
 
+async def test_bfd_down_on_a_graceful_restart_peer_withdraws_before_the_teardown(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A graceful-restart session closed by ExaBGP leaves our routes stale at the peer: BFD's
+    verdict withdraws them first, then tears down; they go back to ExaBGP afterwards."""
+    monkeypatch.setattr(speaking.bfd_threaded, "ThreadedEndpoint", FakeEndpoint)
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer(bfd=peers.BFDSettings(300, 300, 3), graceful_restart=True)])
+    speaker.set_routes({"tor": {net("10.1.0.1/32"): A()}})
+    await settle(speaker)
+    (fake,) = fakes
+    endpoint = speaker._bfd
+    assert isinstance(endpoint, FakeEndpoint)
+    S, D = bfd_packet.State, bfd_packet.Diag
+    endpoint.on_change(
+        "10.0.0.1", bfd_machine.StateChange(S.UP, S.DOWN, D.CONTROL_DETECTION_TIME_EXPIRED)
+    )
+    for _ in range(50):
+        await asyncio.sleep(0)
+    sent = [c for c in fake.commands if not c.startswith("announce eor")]
+    assert sent[:3] == [
+        "announce route 10.1.0.1/32 next-hop self origin igp",
+        "withdraw route 10.1.0.1/32",
+        "neighbor 10.0.0.1 teardown 6",
+    ], fake.commands
+    await speaker.close()
+
+
 async def test_handed_over_returns_once_the_first_command_is_written(fakes: Fakes) -> None:
     """The agent waits for this before its bookkeeping: when it returns, ExaBGP has the first
     command of the new routes, although their acknowledgements are still to come."""
