@@ -37,6 +37,11 @@ IPAddress = packets.IPAddress
 EXPIRY_S: Final = 30.0
 # A continuing conflict is reported (callback, warning) again at most this often.
 REPORT_INTERVAL_S: Final = 10.0
+# A spoofer sending from random MACs must not grow memory nor flood Events: per address, at most
+# this many foreign MACs are tracked (the least recently seen goes) and reported per interval;
+# in all, at most MAX_CONFLICTS are tracked.
+MAX_MACS_PER_ADDRESS: Final = 4
+MAX_CONFLICTS: Final = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +116,7 @@ class Tracker:
         self._conflicts: dict[tuple[IPAddress, bytes], Conflict] = {}
         self._seen_at: dict[tuple[IPAddress, bytes], float] = {}
         self._reported_at: dict[tuple[IPAddress, bytes], float] = {}
+        self._address_reports: dict[IPAddress, list[float]] = {}  # within report_interval
         self.current: tuple[Conflict, ...] = ()
         self.by_address: Mapping[IPAddress, Conflict] = MappingProxyType({})
 
@@ -120,6 +126,8 @@ class Tracker:
         key = (claim.ip, claim.mac)
         seen_at = self._seen_at.get(key)
         known = self._conflicts.get(key)
+        if known is None:
+            self._make_room(claim.ip)
         if known is None or seen_at is None or now - seen_at >= self.expiry:
             mac = packets.mac_text(claim.mac)
             conflict = Conflict(claim.ip, mac, claim.interface, wall, wall, 1)
@@ -134,8 +142,24 @@ class Tracker:
         reported_at = self._reported_at.get(key)
         if reported_at is not None and now - reported_at < self.report_interval:
             return None
+        recent = [
+            t for t in self._address_reports.get(claim.ip, ()) if now - t < self.report_interval
+        ]
+        if len(recent) >= MAX_MACS_PER_ADDRESS:
+            self._address_reports[claim.ip] = recent
+            return None  # this address had its reports for now: tracked, shown, not reported
+        self._address_reports[claim.ip] = [*recent, now]
         self._reported_at[key] = now
         return conflict
+
+    def _make_room(self, address: IPAddress) -> None:
+        """Before a new (address, MAC) is tracked: drop the least recently seen MAC of that
+        address past MAX_MACS_PER_ADDRESS, and the least recently seen of all past MAX_CONFLICTS."""
+        of_address = [k for k in self._seen_at if k[0] == address]
+        if len(of_address) >= MAX_MACS_PER_ADDRESS:
+            self._drop([min(of_address, key=self._seen_at.__getitem__)])
+        if len(self._seen_at) >= MAX_CONFLICTS:
+            self._drop([min(self._seen_at, key=self._seen_at.__getitem__)])
 
     def expire(self, now: float) -> list[Conflict]:
         """Forget the conflicts not seen for `expiry` seconds; returns them."""
@@ -163,6 +187,9 @@ class Tracker:
         for key in keys:
             self._seen_at.pop(key, None)
             self._reported_at.pop(key, None)
+        live = {ip for ip, _ in self._seen_at}
+        for address in [a for a in self._address_reports if a not in live]:
+            del self._address_reports[address]
         if dropped:
             self._publish()
         return dropped

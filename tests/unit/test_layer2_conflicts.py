@@ -610,3 +610,26 @@ def test_detect_never_raises_on_mutated_claims(data: st.DataObject) -> None:
     claim = conflicts.detect(packet, "eth0", OURS, OWNED)
     if claim is not None:
         assert claim.ip in OWNED and claim.mac not in OURS and claim.mac != packets.ZERO_MAC
+
+
+def test_a_spoofer_with_random_macs_is_bounded_in_memory_and_reports() -> None:
+    """Every frame from a new MAC: per address at most MAX_MACS_PER_ADDRESS tracked and that many
+    reports per interval; in all at most MAX_CONFLICTS tracked."""
+    tracker = conflicts.Tracker()
+    reports = 0
+    for i in range(2000):
+        mac = bytes((2, 0, 0, 0, i >> 8, i & 0xFF))
+        if tracker.observe(conflicts.Claim(VIP4, mac, "eth0"), i * 0.001, 1e9 + i * 0.001):
+            reports += 1
+    assert len(tracker.current) == conflicts.MAX_MACS_PER_ADDRESS
+    assert reports == conflicts.MAX_MACS_PER_ADDRESS  # all within one interval
+    # The newest MAC stands for the address.
+    assert tracker.by_address[VIP4].mac == "02:00:00:00:07:cf"
+    # Past the interval, the address may be reported again.
+    late = conflicts.Claim(VIP4, bytes((2, 0, 0, 0, 9, 9)), "eth0")
+    assert tracker.observe(late, 20.0, 1e9 + 20.0) is not None
+    # Many addresses: bounded in all.
+    for n in range(conflicts.MAX_CONFLICTS * 2):
+        address = ipaddress.ip_address(f"10.9.{n >> 8}.{n & 0xFF}")
+        tracker.observe(conflicts.Claim(address, ROGUE, "eth0"), 30.0 + n, 1e9 + 30.0 + n)
+    assert len(tracker.current) == conflicts.MAX_CONFLICTS
