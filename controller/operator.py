@@ -173,6 +173,14 @@ def identity() -> str:
     return f"{socket.gethostname()}_{os.getpid()}_{secrets.token_hex(3)}"
 
 
+def ready(*, leading: bool, rebuilt: bool) -> bool:
+    """`/readyz`: a standby is ready (it serves the webhook and waits for the Lease); the leader
+    once it rebuilt the cluster state. Readiness must not wait for leadership: the new Pod of a
+    rollout could never be Ready while the old one keeps renewing the Lease, so no rollout
+    would finish, and a standby counted unhealthy would block every drain under a PDB."""
+    return rebuilt or not leading
+
+
 async def _first(*tasks: asyncio.Future[Any]) -> None:
     await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
 
@@ -202,7 +210,11 @@ async def run(options: Options) -> int:
 
     servers: list[Any] = []
     if options.metrics_port:
-        server = metrics.Server(stats, reconciler.ready.is_set, port=options.metrics_port)
+        server = metrics.Server(
+            stats,
+            lambda: ready(leading=elector.holding(), rebuilt=reconciler.ready.is_set()),
+            port=options.metrics_port,
+        )
         await server.start()
         servers.append(server)
         log.info("metrics listening", extra={"port": server.port})

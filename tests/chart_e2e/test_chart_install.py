@@ -289,6 +289,47 @@ def test_helm_upgrade_rolls_the_speakers_while_a_client_keeps_connecting(
     assert after.split()[2] == "10.251.0.2", after
 
 
+def test_helm_upgrade_of_a_controller_value_rolls_the_controller_under_load(
+    release: Release, lab: network_lab.Lab
+) -> None:
+    """Changing a controller value rolls the controller's Deployment: the new Pod is Ready as a
+    standby while the old one still holds the Lease, so `helm upgrade --wait` completes; the
+    Service keeps its address and the client notices nothing."""
+    vip = release.vip
+    before = objects.ingress(lab, "chart-app", APP, 1)
+    (old,) = [p["metadata"]["uid"] for p in release.pods() if "controller" in p["metadata"]["name"]]
+    log = lab.directory / "logs" / "loadgen-controller-upgrade.log"
+    with loadgen.LoadGen(
+        lab, [(vip, objects.SERVICE_PORT)], duration=UPGRADE_LOAD_MAX_S, rate=UPGRADE_RATE, log=log
+    ) as load:
+        release.helm(
+            "upgrade", RELEASE, str(chart_support.CHART), "-n", NS, *release.values(),
+            "--set", "speaker.logLevel=debug", "--set", "controller.logLevel=debug",
+            "--wait", "--timeout", HELM_TIMEOUT,
+        )  # fmt: skip
+
+        def one_new_controller() -> objects.Missing | bool:
+            controllers = [p for p in release.pods() if "controller" in p["metadata"]["name"]]
+            uids = [p["metadata"]["uid"] for p in controllers]
+            if len(controllers) != 1 or uids == [old] or not objects.is_ready(controllers[0]):
+                states = [(p["metadata"]["name"], objects.is_ready(p)) for p in controllers]
+                return objects.Missing(f"controller Pods (name, Ready): {states}")
+            return True
+
+        objects.wait_until("one new controller Pod, Ready", one_new_controller, timeout=120)
+        # The new controller leads: a Service created now gets an address.
+        objects.create_service(lab, "chart-app", "after-roll", local=True)
+        objects.ingress(lab, "chart-app", "after-roll", 1)
+        report = load.stop()
+    target = report["targets"][loadgen.target_text(vip, objects.SERVICE_PORT)]
+    print(f"controller upgrade: {json.dumps(target)}")
+    assert target["failed"] == 0, report["first_failures"]
+    assert objects.ingress(lab, "chart-app", APP, 1) == before
+    deployment = objects.get(lab, "deployment", "-n", NS, f"{RELEASE}-controller")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--log-level=debug" in args
+
+
 def test_helm_uninstall_leaves_no_pod_and_keeps_crds_and_pools(
     release: Release, lab: network_lab.Lab
 ) -> None:

@@ -174,3 +174,16 @@ def test_command_line() -> None:
     assert options.namespace == "metallb-system" and options.webhook_port == 0
     with pytest.raises(SystemExit):
         entry.parse_args(["--lease-duration=0"])
+
+
+@pytest.mark.parametrize(
+    ("leading", "rebuilt", "want"),
+    [
+        (False, False, True),  # a standby waiting for the Lease: serves the webhook
+        (True, False, False),  # the leader rebuilding the cluster state
+        (True, True, True),
+        (False, True, True),  # a leader whose renewal is late: still a healthy process
+    ],
+)
+def test_readiness_does_not_wait_for_leadership(leading: bool, rebuilt: bool, want: bool) -> None:
+    assert operator.ready(leading=leading, rebuilt=rebuilt) is want
