@@ -15,9 +15,11 @@ Service is looked at again.
 Writes go through a few worker tasks (as many as the client's connection limit) fed by one
 priority queue: Service status first, then pool status, then Events, so Services get their
 addresses before the bookkeeping. A queued key is written from the state at the moment it is
-sent, so ten decisions about one Service while it waits in the queue make one write. While a
-write is queued or in flight, the Service's next decision uses the addresses being written, not
-the stale status, so the allocator never takes back what it is about to publish.
+sent, so ten decisions about one Service while it waits in the queue make one write. One status
+write per Service is in flight at a time; when it ends, the Service is written again if it was
+asked for meanwhile or if its newest view does not show the decision. While a write is queued or
+in flight, the Service's next decision uses the addresses being written, not the stale status,
+so the allocator never takes back what it is about to publish.
 
 Start-up (`load`): LIST pools, Namespaces, Services and our own Warning Events, rebuild the
 allocator from the Services' existing status (held addresses first) and only then allocate
@@ -117,7 +119,8 @@ class Reconciler:
         # One status write per Service at a time: two in flight for one key can land in either
         # order, each diffed against a view that the other is changing (a Service went
         # LoadBalancer -> ClusterIP -> LoadBalancer and kept its address without its pool
-        # annotation). A key asked for while its write is in flight is written again after it.
+        # annotation). A key asked for while its write is in flight is only marked in `_again`
+        # and queued when that write ends (`_status_write_ended`).
         self._writing: set[str] = set()
         self._again: set[str] = set()
         self._idle = asyncio.Event()
@@ -458,6 +461,9 @@ class Reconciler:
     # --- writes ------------------------------------------------------------------------------
 
     def _enqueue(self, kind: Write, key: str, payload: Any = None) -> None:
+        if kind is Write.STATUS and key in self._writing:
+            self._again.add(key)
+            return
         if (kind, key) in self._queued:
             return
         self._queued.add((kind, key))
@@ -488,11 +494,9 @@ class Reconciler:
             _, _, kind, key, payload = heapq.heappop(self._queue)
             self._queued.discard((kind, key))
             if kind is Write.STATUS:
-                if key in self._writing:
-                    self._again.add(key)
-                    continue
                 self._writing.add(key)
             self._in_flight += 1
+            failure: kube.ApiError | None = None
             try:
                 if kind is Write.STATUS:
                     await self._write_status(key)
@@ -502,6 +506,7 @@ class Reconciler:
                     await self._post_event(payload)
                 self._attempts.pop((kind, key), None)
             except kube.ApiError as e:
+                failure = e
                 self.metrics.update_errors.inc()
                 if e.retryable:
                     log.warning("write failed; will retry", extra={"key": key, "error": str(e)})
@@ -513,10 +518,28 @@ class Reconciler:
             finally:
                 self._in_flight -= 1
                 if kind is Write.STATUS:
-                    self._writing.discard(key)
-                    if key in self._again:
-                        self._again.discard(key)
-                        self._enqueue(Write.STATUS, key)
+                    self._status_write_ended(key, failure)
+
+    def _status_write_ended(self, key: str, failure: kube.ApiError | None) -> None:
+        """Queue the key again if it was asked for meanwhile, or if the write went through and
+        the newest view still does not show the decision.
+
+        The newest view, not the PATCH response: the watch may already hold a later version
+        (another writer replaced our status after our write landed, or the apiserver cleared it
+        on a type change), and a decision that did not change is not queued again by deciding.
+        """
+        self._writing.discard(key)
+        asked = key in self._again
+        self._again.discard(key)
+        if failure is not None and failure.retryable:
+            return  # `_retry_later` writes the newest decision after its pause
+        view, want = self.services.get(key), self.desired.get(key)
+        if view is None or want is None:
+            return
+        # After a refusal only a new request writes again: the same body would be refused again.
+        if asked or (failure is None and not snapshot.applied(view, want)):
+            self.unconfirmed[key] = want
+            self._enqueue(Write.STATUS, key)
 
     async def _write_status(self, key: str) -> None:
         view, want = self.services.get(key), self.desired.get(key)
@@ -544,14 +567,6 @@ class Reconciler:
                 self._mark(key)
         if want.ips and key in self._waiting_since:
             self.metrics.allocation_latency.observe(self.clock() - self._waiting_since.pop(key))
-        latest = self.desired.get(key)
-        # Written again when the decision changed meanwhile, or when the object as the PATCH
-        # left it does not say what we want: the patch was diffed against a view that was
-        # already out of date (another writer, or the apiserver clearing status on a type
-        # change), so a field it left out is wrong now. The next diff is against `written`.
-        if latest is not None and (latest != want or not snapshot.applied(written, latest)):
-            self.unconfirmed[key] = latest
-            self._enqueue(Write.STATUS, key)
 
     async def _write_pool_status(self, name: str) -> None:
         raw = self.pools.get(name)

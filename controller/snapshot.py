@@ -188,6 +188,7 @@ def desired_of(decision: converging.Decision) -> Desired | None:
 
 
 def applied(view: ServiceView, desired: Desired) -> bool:
+    """The Service shows the decision: the ingress and the pool annotation, both."""
     return view.ingress == desired.ingress and view.allocated_pool == desired.pool
 
 

@@ -71,9 +71,7 @@ class FakeApi:
             "metadata": {"name": name, "namespace": NS},
             "spec": {"addresses": list(addresses)},
         }
-        return self.put(
-            reconciling.kube.group_path("metallb.io", "v1beta1", "ipaddresspools", NS, name), obj
-        )
+        return self.put(pool_path(name), obj)
 
     def get_obj(self, path: str) -> dict[str, Any]:
         return self.objects[path]
@@ -109,9 +107,8 @@ class FakeApi:
         self.events.append(copy.deepcopy(body))
         return body
 
-    async def watch(self, path: str, params: Any = None) -> AsyncIterator[dict[str, Any]]:
-        raise NotImplementedError
-        yield {}
+    def watch(self, path: str, params: Any = None) -> AsyncIterator[dict[str, Any]]:
+        raise NotImplementedError  # the reconciler is fed by the test, never by a watch
 
 
 def pool_path(name: str) -> str:
@@ -358,30 +355,44 @@ async def test_a_service_that_changes_class_frees_its_address_and_keeps_its_stat
 
 
 class GatedApi(FakeApi):
-    """A FakeApi whose status writes wait at a gate until the test opens it, and which counts
-    how many writes to one object are in flight at once."""
+    """A FakeApi whose status writes wait where the test says: after `hold()`, before they reach
+    the store, until `let_one_through()` passes the oldest; while `reply` is clear, after the
+    store and before their response returns. It counts how many writes to one object are in
+    flight at once and keeps each object as a write left it."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.gate = asyncio.Event()
-        self.gate.set()
+        self.held: list[asyncio.Future[None]] | None = None  # None: writes are not held
+        self.reply = asyncio.Event()
+        self.reply.set()
         self.in_flight: dict[str, int] = {}
         self.most_in_flight = 0
         self.waiting = 0
-        self.results: list[dict[str, Any]] = []  # each object as a write left it
+        self.results: list[dict[str, Any]] = []
+
+    def hold(self) -> None:
+        self.held = []
+
+    def let_one_through(self) -> None:
+        assert self.held
+        self.held.pop(0).set_result(None)
 
     async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self.in_flight[path] = self.in_flight.get(path, 0) + 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight[path])
         self.waiting += 1
         try:
-            await self.gate.wait()
+            if self.held is not None:
+                turn = asyncio.get_running_loop().create_future()
+                self.held.append(turn)
+                await turn
+            written = await super().merge_patch(path, body)
+            self.results.append(written)
+            await self.reply.wait()
         finally:
             self.waiting -= 1
             self.in_flight[path] -= 1
-        written = await super().merge_patch(path, body)
-        self.results.append(written)
-        return written
+        return copy.deepcopy(written)
 
 
 def pool_annotation(api: FakeApi, name: str) -> str | None:
@@ -401,7 +412,7 @@ async def test_a_type_round_trip_with_writes_in_flight_keeps_address_and_pool(
     r = await running(api)
     assert ingress(api, "a") == ["10.0.0.0"] and pool_annotation(api, "a") == "p"
 
-    api.gate.clear()
+    api.hold()
     api.results.clear()
     # What the apiserver does when the type leaves LoadBalancer: status.loadBalancer cleared,
     # the annotation kept.
@@ -409,27 +420,73 @@ async def test_a_type_round_trip_with_writes_in_flight_keeps_address_and_pool(
     obj["spec"]["type"] = "ClusterIP"
     obj["status"] = {"loadBalancer": {}}
     r.observe_service("MODIFIED", api.put(svc_path("a"), obj))
-    await until("the clearing write in flight", lambda: api.waiting == 1)
+    await until("the clearing write held", lambda: api.waiting == 1)
     obj = api.get_obj(svc_path("a"))
     obj["spec"]["type"] = "LoadBalancer"
     r.observe_service("MODIFIED", api.put(svc_path("a"), obj))
-    for _ in range(200):  # every writer gets its turn while the gate is shut
+    for _ in range(200):  # every writer gets its turn while the write is held
         await asyncio.sleep(0)
-    api.gate.set()
-    await until(
-        "address and pool back, nothing in flight",
-        lambda: (
-            ingress(api, "a") == ["10.0.0.0"]
-            and pool_annotation(api, "a") == "p"
-            and not api.waiting
-            and not r.unconfirmed
-        ),
-    )
-    for _ in range(200):
-        await asyncio.sleep(0)
-    assert ingress(api, "a") == ["10.0.0.0"] and pool_annotation(api, "a") == "p"
-    assert api.most_in_flight == 1
+    while api.held:  # one write at a time, in the order they were sent
+        api.let_one_through()
+        for _ in range(200):
+            await asyncio.sleep(0)
+    assert not api.waiting and not r.unconfirmed and not r._queue
     for written in api.results:
         annotations = written["metadata"].get("annotations") or {}
         if (written.get("status") or {}).get("loadBalancer", {}).get("ingress"):
             assert annotations.get("metallb.io/ip-allocated-from-pool") == "p", written
+    for _ in range(200):  # and it stays so: no write still to come takes either back
+        assert ingress(api, "a") == ["10.0.0.0"] and pool_annotation(api, "a") == "p"
+        await asyncio.sleep(0)
+    assert api.most_in_flight == 1
+
+
+async def test_status_replaced_while_our_write_is_in_flight_is_written_again(
+    running: Any,
+) -> None:
+    """Someone else empties status.loadBalancer after our write landed and before its response
+    came back, and the watch brings both in one burst: the decision is unchanged and the response
+    shows the address, so only a look at the newest view after the write notices it is gone."""
+    api = GatedApi()
+    api.pool("p", "10.0.0.0/32")
+    api.service("a")
+    r = await running(api)
+
+    def emptied() -> dict[str, Any]:
+        obj = api.get_obj(svc_path("a"))
+        obj["status"] = {"loadBalancer": {}}
+        return api.put(svc_path("a"), obj)
+
+    api.reply.clear()
+    api.results.clear()
+    r.observe_service("MODIFIED", emptied())
+    await until("our write landed, its response held", lambda: len(api.results) == 1)
+    assert ingress(api, "a") == ["10.0.0.0"]
+    ours = copy.deepcopy(api.get_obj(svc_path("a")))
+    theirs = emptied()
+    r.observe_service("MODIFIED", ours)  # the watch: our write, then theirs, before we decide
+    r.observe_service("MODIFIED", theirs)
+    await until("decided", lambda: not r._dirty)
+    api.reply.set()
+    await until(
+        "the address written back",
+        lambda: ingress(api, "a") == ["10.0.0.0"] and not api.waiting and not r.unconfirmed,
+    )
+    assert pool_annotation(api, "a") == "p"
+    assert api.most_in_flight == 1
+
+
+async def test_a_refused_status_write_is_not_sent_again_until_the_decision_changes(
+    running: Any,
+) -> None:
+    """After a write ends the Service is written again when it does not show the decision, but
+    not after a refusal: the same body would be refused again, as fast as the apiserver answers."""
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/32")
+    api.service("a")
+    api.fail_next = [kube.ApiError(422, "Invalid", "refused")]
+    r = await running(api)
+    for _ in range(200):
+        await asyncio.sleep(0)
+    assert api.writes.count(("patch", "services/status")) == 1
+    assert ingress(api, "a") == [] and not r._queue

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+import pytest
+
 from controller import allocator, converging, requests, snapshot
 
 
@@ -155,6 +157,53 @@ def test_status_patch_is_none_when_applied_ignoring_ip_mode() -> None:
     want = snapshot.Desired((ip("1.2.3.4"),), "p")
     assert snapshot.applied(view, want)
     assert snapshot.status_patch(view, want) is None
+
+
+POOL = "metallb.io/ip-allocated-from-pool"
+ADDRESS = {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}
+ADDRESS_FROM_P = snapshot.Desired((ip("1.2.3.4"),), "p")
+
+# (what the Service says: annotations, status; what is wanted; whether it shows it)
+APPLIED = [
+    pytest.param({POOL: "p"}, ADDRESS, ADDRESS_FROM_P, True, id="address-and-pool"),
+    pytest.param(
+        {POOL: "p"},
+        {"loadBalancer": {"ingress": [{"ip": "1.2.3.4", "ipMode": "Proxy"}]}},
+        ADDRESS_FROM_P,
+        True,
+        id="ip-mode-ignored",
+    ),
+    pytest.param({}, ADDRESS, ADDRESS_FROM_P, False, id="address-without-pool"),
+    pytest.param(
+        {POOL: "p"}, {"loadBalancer": {}}, ADDRESS_FROM_P, False, id="pool-without-address"
+    ),
+    pytest.param({POOL: "q"}, ADDRESS, ADDRESS_FROM_P, False, id="other-pool"),
+    pytest.param(
+        {POOL: "p"},
+        {"loadBalancer": {"ingress": [{"ip": "1.2.3.5"}]}},
+        ADDRESS_FROM_P,
+        False,
+        id="other-address",
+    ),
+    pytest.param(
+        {POOL: "p"},
+        {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}, {"ip": "fd00::1"}]}},
+        ADDRESS_FROM_P,
+        False,
+        id="one-address-too-many",
+    ),
+    pytest.param({}, {}, snapshot.CLEARED, True, id="cleared"),
+    pytest.param({POOL: "p"}, {}, snapshot.CLEARED, False, id="cleared-but-pool-left"),
+    pytest.param({}, ADDRESS, snapshot.CLEARED, False, id="cleared-but-address-left"),
+]
+
+
+@pytest.mark.parametrize(("annotations", "status", "want", "expected"), APPLIED)
+def test_applied_means_ingress_and_pool_both_as_wanted(
+    annotations: dict[str, str], status: dict[str, Any], want: snapshot.Desired, expected: bool
+) -> None:
+    view = snapshot.service_view(svc(annotations=annotations, status=status))
+    assert snapshot.applied(view, want) is expected
 
 
 def test_status_patch_sets_ingress_and_annotation_together() -> None:
