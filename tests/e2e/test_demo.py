@@ -150,22 +150,28 @@ def test_the_demo_runs_end_to_end_and_reports_what_it_measured(
 
 
 def test_ctrl_c_stops_the_demo_and_cleans_up(borrowed: network_lab.Lab | None) -> None:
-    process = subprocess.Popen(
-        argv(borrowed),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=ROOT,
-    )
+    # A person's Ctrl-C reaches the demo however this suite was started: a non-interactive shell
+    # starts background jobs with SIGINT ignored, children inherit that, and Python then installs
+    # no handler for it (the demo ran to its end). A handler here is reset to the default at exec.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            argv(borrowed),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert process.stdout is not None
     stdout = process.stdout
     seen: list[str] = []
     creating = threading.Event()
 
-    # A thread reads every line as it comes: reading a line per `select` of the pipe lagged
-    # behind the demo (lines already in the reader's buffer are invisible to `select`), so the
-    # interrupt came after a fast demo had ended by itself.
+    # A thread reads every line as it comes: reading a line per `select` of the pipe lags behind
+    # the demo (lines already in the reader's buffer are invisible to `select`).
     def read() -> None:
         for line in stdout:
             seen.append(line)

