@@ -112,6 +112,9 @@ class Elector:
         self.retry_every = min(2.0, duration_s / 4)
         self._valid_until = 0.0
         self._seen: tuple[tuple[str, str, int], float] | None = None
+        # Whether the apiserver answered our last look at the Lease: a standby that cannot even
+        # read it (unreachable, an untrusted certificate) is no replica to send traffic to.
+        self.reachable = False
         self._record: Record | None = None
         self._last_error = ""
 
@@ -161,6 +164,7 @@ class Elector:
         sent = self.clock()
         try:
             record = await self._read()
+            self.reachable = True
             unchanged_since = self._seen[1] if self._seen else sent
             action = decide(record, self.identity, unchanged_since, self.clock())
             if action is Action.WAIT:
@@ -180,6 +184,7 @@ class Elector:
                     self.path, self._body(record, taking=action is Action.TAKE)
                 )
         except kube.ApiError as e:
+            self.reachable = e.conflict  # a conflict is an answer; anything else is not
             if not e.conflict and str(e) != self._last_error:
                 log.warning("lease request failed", extra={"error": str(e)})
             self._last_error = str(e)

@@ -173,12 +173,14 @@ def identity() -> str:
     return f"{socket.gethostname()}_{os.getpid()}_{secrets.token_hex(3)}"
 
 
-def ready(*, leading: bool, rebuilt: bool) -> bool:
-    """`/readyz`: a standby is ready (it serves the webhook and waits for the Lease); the leader
-    once it rebuilt the cluster state. Readiness must not wait for leadership: the new Pod of a
-    rollout could never be Ready while the old one keeps renewing the Lease, so no rollout
-    would finish, and a standby counted unhealthy would block every drain under a PDB."""
-    return rebuilt or not leading
+def ready(*, leading: bool, rebuilt: bool, reachable: bool) -> bool:
+    """`/readyz`: the leader once it rebuilt the cluster state; a standby while the apiserver
+    answers it (it serves the webhook and waits for the Lease). Readiness must not wait for
+    leadership: the new Pod of a rollout could never be Ready while the old one keeps renewing
+    the Lease, so no rollout would finish, and a standby counted unhealthy would block every
+    drain under a PDB. A replica the apiserver does not answer (or whose certificate it does
+    not trust) is not ready either way."""
+    return rebuilt or (not leading and reachable)
 
 
 async def _first(*tasks: asyncio.Future[Any]) -> None:
@@ -212,7 +214,11 @@ async def run(options: Options) -> int:
     if options.metrics_port:
         server = metrics.Server(
             stats,
-            lambda: ready(leading=elector.holding(), rebuilt=reconciler.ready.is_set()),
+            lambda: ready(
+                leading=elector.holding(),
+                rebuilt=reconciler.ready.is_set(),
+                reachable=elector.reachable,
+            ),
             port=options.metrics_port,
         )
         await server.start()

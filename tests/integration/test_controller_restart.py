@@ -148,9 +148,16 @@ def test_standby_replica_writes_nothing_until_the_leader_dies(
         k8s.service(test_namespace, f"s{i}")
     seen = {k8s.wait_ips(test_namespace, f"s{i}")[0] for i in range(3)}
     assert len(seen) == 3
-    assert not standby.ready()
+    # A standby is ready (it serves the webhook, and a rollout's new Pod must become Ready while
+    # the old one still leads) and writes nothing.
+    assert standby.ready()
     assert standby.writes() == 0
     leader.kill()
+    support.wait_for(
+        "the standby to take the lease",
+        lambda: any("acquired the leader lease" in line for line in standby.log_lines()),
+        timeout=30,
+    )
     standby.wait_ready(timeout=30)
     k8s.service(test_namespace, "after")
     (ip,) = k8s.wait_ips(test_namespace, "after")

@@ -193,3 +193,15 @@ async def test_losing_the_lease_to_someone_else_is_noticed() -> None:
 def test_duration_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         elector(FakeApi(), Clock(), duration=0)
+
+
+async def test_reachable_says_whether_the_apiserver_answered_the_last_look() -> None:
+    api, clock = FakeApi(), Clock()
+    assert await elector(api, clock, "leader").try_once()
+    standby = elector(api, clock, "standby")
+    assert not standby.reachable  # nothing asked yet
+    assert not await standby.try_once()
+    assert standby.reachable  # it read the Lease: a healthy standby
+    api.fail = kube.ApiError(0, "Unavailable", "down")
+    assert not await standby.try_once()
+    assert not standby.reachable

@@ -177,13 +177,16 @@ def test_command_line() -> None:
 
 
 @pytest.mark.parametrize(
-    ("leading", "rebuilt", "want"),
+    ("leading", "rebuilt", "reachable", "want"),
     [
-        (False, False, True),  # a standby waiting for the Lease: serves the webhook
-        (True, False, False),  # the leader rebuilding the cluster state
-        (True, True, True),
-        (False, True, True),  # a leader whose renewal is late: still a healthy process
+        (False, False, True, True),  # a standby waiting for the Lease: serves the webhook
+        (False, False, False, False),  # a standby the apiserver does not answer
+        (True, False, True, False),  # the leader rebuilding the cluster state
+        (True, True, True, True),
+        (False, True, False, True),  # a leader whose renewal is late: still a healthy process
     ],
 )
-def test_readiness_does_not_wait_for_leadership(leading: bool, rebuilt: bool, want: bool) -> None:
-    assert operator.ready(leading=leading, rebuilt=rebuilt) is want
+def test_readiness_does_not_wait_for_leadership(
+    leading: bool, rebuilt: bool, reachable: bool, want: bool
+) -> None:
+    assert operator.ready(leading=leading, rebuilt=rebuilt, reachable=reachable) is want
