@@ -1,36 +1,54 @@
-"""MetalLB itself in the lab, in place of ironlb: the system we are compared with, on the same
-nodes, kube-proxy, Pods and ToR.
+"""MetalLB itself in the lab, in place of ironlb: the system we claim to match and to beat, run
+on the same nodes, kube-proxy, Pods and ToR, so that every comparison is measured, not assumed.
 
-    python -m hack.metallb build      # MetalLB's speaker and controller from Go modules (cached)
-    python -m hack.metallb manifests  # the CRDs and RBAC it installs (YAML on stdout)
+    python -m hack.metallb build               # speaker and controller from Go modules (cached)
+    python -m hack.metallb render              # what `install` applies, as YAML
+    python -m hack.metallb install [--dir LAB] # its CRDs (in place of ours), RBAC, ...
+    python -m hack.metallb uninstall [--dir LAB]
+    python -m hack.metallb run [--dir LAB]     # install + start; Ctrl-C stops and uninstalls
 
-`build` makes `speaker` and `controller` of `go.universe.tf/metallb` at VERSION with one
-`go build` into the cache beside the Kubernetes binaries; benches call `ensure_built()` on first
-use (the test command does not build it). `install(lab)` swaps the lab's metallb.io CRDs for
-MetalLB's own (same names, MetalLB's schema) and applies its RBAC; `uninstall(lab)` puts ours
-back, so one lab can run each system in turn. `MetalLBDeployment` runs MetalLB's controller on
-the host and one speaker per node namespace, each as its own ServiceAccount (a token from the
-apiserver, as in a Pod), like `hack.deploy.Deployment` runs ours, with the same surface for
-faults (`signal_speaker`, `stop_speaker`, `start_speaker`).
+Choices, and why:
+* Built like the Kubernetes binaries (hack/cluster.py): a throw-away main module that requires
+  `go.universe.tf/metallb` at VERSION, `go mod tidy`, then one `go build` of both commands into
+  the cache, with the flags of MetalLB's own Dockerfiles (CGO off, nothing stripped). Benches
+  build it on first use (`ensure_built`); `hack/setup` does not, so the test command's cold time
+  stays as it is.
+* Everything else comes from MetalLB's Helm chart in the downloaded module, rendered by `helm
+  template` for a native-BGP install with its webhook off: the CRDs (its `crds` subchart; the same
+  objects as its `metallb-native.yaml`), the ServiceAccounts, RBAC and the excluded-interfaces
+  ConfigMap, applied as rendered; and the speaker DaemonSet and controller Deployment, never
+  applied, read for how each process runs: its arguments, its environment (fieldRefs resolved
+  for the node) and the files its Pod mounts. Nothing of MetalLB is copied into this repository.
+* The lab applies our metallb.io CRDs; `install` replaces them with MetalLB's (same names, its
+  schemas) and deletes ours that MetalLB lacks; `uninstall` puts ours back. So one lab can run
+  each system in turn.
+* Processes, like ours in the lab (hack/deploy.py): the controller in the control plane's
+  namespace, one speaker per node namespace, each with a kubeconfig for its chart's
+  ServiceAccount (a TokenRequest token, as hack/tools.chart_identities makes for ours); all are
+  started with `lab.popen`, so `lab.down()` ends whatever a bench leaves behind.
 
 What differs from MetalLB in a cluster, and why:
-* No Pods of MetalLB: its processes run in the node namespaces directly, like ours in the lab.
-  Its memberlist finds the other speakers by listing Pods with its labels and reading their
-  `status.podIP`; each speaker gets a stand-in Pod object with that label and its node's
-  address (`speaker_stand_ins`), bound to no node and left to no scheduler, so that nothing
-  runs it.
-* Its webhook is off (`-webhook-mode disabled`), as ours is off in the lab: refusals are
-  compared where the schema (CRDs, CEL) makes them, with the same weight on both sides.
-* BGP in its native mode (`METALLB_BGP_TYPE=native`: no FRR of its own), the mode whose
-  features ironlb matches.
+* No Pods of MetalLB run. Its speaker reads its own Pod (owner of its status objects) and finds
+  its memberlist peers by listing speaker Pods and dialling their `status.podIP`; so each node
+  gets a stand-in Pod with the DaemonSet's labels and the node's address, bound to no node and
+  left to a scheduler that does not exist, so that nothing tries to run it.
+* A Pod's mounts are files under /etc in the speaker's private view of the filesystem: the
+  memberlist key at /etc/ml_secret_key and the excluded interfaces at /etc/metallb (a path
+  compiled into the speaker). `ip netns exec` already gives the speaker a mount namespace of its
+  own; there /etc is overlaid with a tmpfs holding these files, and nothing outside it changes.
+* Its webhook is off (the chart's `controller.webhookMode=disabled`), as ours is in the lab. The
+  BGPPeer CRD still names its conversion webhook, as shipped, so only v1beta2 BGPPeers can be
+  written while MetalLB runs here (every lab manifest uses v1beta2).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -38,38 +56,71 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
 
-from hack import cluster, processes
+from hack import cluster, processes, tools
 from hack import lab as network_lab
 
-# The newest MetalLB whose dependencies the module proxy serves (v0.16.2 needs
-# github.com/metallb/frr-k8s v0.0.27, which is not served; v0.0.21 is and does not compile).
+# The newest release whose dependencies the Go module proxy serves: v0.16.2 needs
+# github.com/metallb/frr-k8s v0.0.27, which is not served (v0.0.21 is, and does not compile with
+# it). Move up when it is.
 VERSION = "v0.15.2"
 MODULE = "go.universe.tf/metallb"
-COMMANDS = ("speaker", "controller")
+COMMANDS = ("speaker", "controller")  # MODULE/speaker and MODULE/controller, both package main
 NAMESPACE = "metallb-system"
-# MetalLB's chart and manifests label its speakers so; its memberlist lists Pods by these.
-SPEAKER_LABELS = {"app": "metallb", "component": "speaker"}
-MEMBERLIST_PORT = 7946
-# Kinds of its released manifest that a lab install takes; the rest (Deployment, DaemonSet,
-# webhook configuration and Service, the Namespace) are what the lab replaces or does not need.
-INSTALLED_KINDS = (
-    "CustomResourceDefinition",
-    "ServiceAccount",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "Role",
-    "RoleBinding",
+RELEASE = "metallb"  # the Helm release name: objects are named metallb-speaker, metallb:controller
+CHART = Path("charts") / "metallb"  # inside the module
+# The chart's templates `install` and the processes use; the rest (webhooks, monitoring) is off.
+TEMPLATES = (
+    "charts/crds/templates/crds.yaml",
+    "templates/service-accounts.yaml",
+    "templates/rbac.yaml",
+    "templates/exclude-l2-config.yaml",
+    "templates/speaker.yaml",
+    "templates/controller.yaml",
 )
-SERVICE_ACCOUNTS = {"controller": "controller", "speaker": "speaker"}
+VALUES = (
+    # Native BGP: the speaker container alone, without the FRR sidecars that are the chart's
+    # default, and no METALLB_BGP_TYPE=frr in either process. The ToR peers with MetalLB's own
+    # BGP implementation, the one ironlb's BGP mode is compared with.
+    "speaker.frr.enabled=false",
+    # `--webhook-mode=disabled`: the lab's apiserver reaches no Service (no kube-proxy beside
+    # it) to call a webhook through, and ours is off in the lab too.
+    "controller.webhookMode=disabled",
+)
+# Applied as rendered, in this order (accounts before the bindings that name them).
+APPLIED_KINDS = (
+    "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap",
+)  # fmt: skip
+CLUSTER_SCOPED = ("CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding")
+# The key the controller writes into the memberlist Secret and the speaker reads from its mount
+# (MLSecretKeyName in MetalLB's internal/k8s).
+SECRET_KEY = "secretkey"
+# kubectl's field manager for `apply --server-side`, the one the lab applies our CRDs with.
+# `spec.versions` (schemas, CEL rules) is atomic and replaced whoever applies it; the other
+# fields are not: under the same manager each apply also drops what the other system set and
+# this one does not (MetalLB's BGPPeer conversion webhook when ours come back, which the
+# apiserver would otherwise refuse beside our `strategy: None`).
+CRD_MANAGER = "kubectl"
+MANAGER = "ironlb-lab-metallb"
 UNSCHEDULED = "ironlb-lab-nobody"  # a schedulerName no scheduler answers to
-TOKEN_SECONDS = 7200
+# The files of the speaker's Pod: overlaid on /etc inside its own mount namespace (see the module
+# docstring). $1 is a directory with `files/` (what to add, relative to /etc) and `mnt/` (an
+# empty mount point); the rest is the command, exec'd so that it keeps the process's pid.
+ETC_OVERLAY = """set -e
+d=$1
+shift
+mount -t tmpfs -o size=1m,mode=0755 ironlb-metallb "$d/mnt"
+mkdir "$d/mnt/upper" "$d/mnt/work"
+cp -R "$d/files/." "$d/mnt/upper/"
+mount -t overlay -o "lowerdir=/etc,upperdir=$d/mnt/upper,workdir=$d/mnt/work" ironlb-metallb /etc
+exec "$@"
+"""
 
 
 class MetalLBError(Exception):
@@ -80,338 +131,659 @@ def log(message: str) -> None:
     print(f"metallb: {message}", file=sys.stderr, flush=True)
 
 
-def cache_dir(version: str = VERSION) -> Path:
+# --- building -------------------------------------------------------------------------------------
+
+
+def bin_dir(version: str = VERSION) -> Path:
     return cluster.CACHE / f"metallb-{version}"
 
 
-def binary(name: str, version: str = VERSION) -> Path:
-    return cache_dir(version) / "bin" / name
-
-
 def built(version: str = VERSION) -> bool:
-    return all(os.access(binary(n, version), os.X_OK) for n in COMMANDS)
+    return all(os.access(bin_dir(version) / c, os.X_OK) for c in COMMANDS)
 
 
-def module_dir(version: str = VERSION) -> Path:
-    """MetalLB's module source on disk (downloaded once into the Go module cache)."""
-    found = subprocess.run(
+def module_info(version: str = VERSION) -> dict[str, Any]:
+    """`go mod download -json` of MetalLB: its source directory (`Dir`) and go.mod (`GoMod`) in
+    the module cache, downloaded if missing (cheap: the source alone, no dependencies)."""
+    if shutil.which("go") is None:
+        raise MetalLBError("the Go toolchain is needed to fetch MetalLB's module; install Go")
+    result = subprocess.run(
         ["go", "mod", "download", "-json", f"{MODULE}@{version}"],
+        cwd=tempfile.gettempdir(),  # outside any module: the answer must not depend on where
         capture_output=True,
         text=True,
         timeout=600,
     )
-    if found.returncode != 0:
-        raise MetalLBError(f"go mod download {MODULE}@{version} failed: {found.stderr.strip()}")
-    return Path(json.loads(found.stdout)["Dir"])
+    try:
+        info: dict[str, Any] = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        info = {}
+    if result.returncode != 0 or "Dir" not in info:
+        why = info.get("Error") or result.stderr.strip() or "(no output)"
+        raise MetalLBError(f"go mod download {MODULE}@{version} failed: {why}")
+    return info
+
+
+def module_dir(version: str = VERSION) -> Path:
+    return Path(module_info(version)["Dir"])
+
+
+def go_directive(go_mod: str) -> str:
+    """The `go` line of a go.mod ("1.24.0")."""
+    found = re.search(r"^go\s+(\S+)\s*$", go_mod, re.MULTILINE)
+    if found is None:
+        raise MetalLBError("MetalLB's go.mod has no go directive")
+    return found.group(1)
+
+
+def main_module(version: str, go_version: str) -> dict[str, str]:
+    """The throw-away main module that builds MetalLB's commands: it requires MetalLB alone, so
+    every dependency is at the version MetalLB's own go.mod selects (it has no replace lines)."""
+    imports = "".join(f'\t_ "{MODULE}/{c}"\n' for c in sorted(COMMANDS))
+    return {
+        "go.mod": (
+            f"module ironlb.local/metallbbuild\n\ngo {go_version}\n\nrequire {MODULE} {version}\n"
+        ),
+        # Only for `go mod tidy` (which reads every build tag) to record what the commands
+        # import; never compiled.
+        "tools.go": f"//go:build tools\n\npackage tools\n\nimport (\n{imports})\n",
+    }
+
+
+def _go(argv: Sequence[str], cwd: Path, what: str) -> None:
+    # CGO off, as MetalLB's Dockerfiles build its release images.
+    env = {**os.environ, "CGO_ENABLED": "0"}
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        lines = (result.stderr or result.stdout).strip().splitlines() or ["(no output)"]
+        raise MetalLBError(f"{what} failed: {lines[-1]}")
 
 
 def ensure_built(version: str = VERSION) -> Path:
     """The directory holding MetalLB's `speaker` and `controller`, built if missing."""
+    target = bin_dir(version)
     if built(version):
-        return binary(COMMANDS[0], version).parent
-    if shutil.which("go") is None:
-        raise MetalLBError("the Go toolchain is needed to build MetalLB; install Go")
-    target = binary(COMMANDS[0], version).parent
-    target.mkdir(parents=True, exist_ok=True)
-    source = module_dir(version)
+        return target
+    info = module_info(version)
+    go_version = go_directive(Path(info["GoMod"]).read_text())
     started = time.monotonic()
-    log(f"building MetalLB {version} ({', '.join(COMMANDS)}) from Go modules")
-    log("a cold build takes about four minutes on 2 cores; later runs use the cache")
-    with tempfile.TemporaryDirectory(prefix="ironlb-metallb-") as scratch:
-        # Its own module as the main one, so that its go.mod decides every version; the module
-        # cache is read-only, hence the copy.
-        work = Path(scratch) / "metallb"
-        shutil.copytree(source, work)
-        for path in [work, *work.rglob("*")]:
-            path.chmod(path.stat().st_mode | 0o200)
-        result = subprocess.run(
-            ["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(target) + os.sep]
-            + [f"./{c}" for c in COMMANDS],
-            cwd=work,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"},
-            timeout=3600,
-        )
-    if result.returncode != 0:
-        raise MetalLBError(f"go build of MetalLB {version} failed: {result.stderr.strip()[-800:]}")
+    log(f"building MetalLB {version} ({' and '.join(COMMANDS)}) from Go modules")
+    log("a cold build takes minutes on 2 cores; later runs use the cache")
+    cluster.CACHE.mkdir(parents=True, exist_ok=True)
+    # Built beside the target and renamed into place, so a build that fails or is interrupted
+    # never leaves a half-filled directory that `built()` could take for a whole one.
+    staging = Path(tempfile.mkdtemp(prefix=f".metallb-{version}-", dir=cluster.CACHE))
+    try:
+        with tempfile.TemporaryDirectory(prefix="ironlb-metallb-") as scratch:
+            src = Path(scratch)
+            for name, text in main_module(version, go_version).items():
+                (src / name).write_text(text)
+            _go(["go", "mod", "tidy"], src, "go mod tidy")
+            packages = [f"{MODULE}/{c}" for c in COMMANDS]
+            log(f"go build -o {target}/ {' '.join(packages)}")
+            # One `go build` for both: what they share (client-go, controller-runtime, ...)
+            # compiles once.
+            _go(["go", "build", "-o", str(staging) + os.sep, *packages], src, "go build")
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     log(f"built in {time.monotonic() - started:.0f} s into {target}")
     return target
 
 
-# --- manifests -----------------------------------------------------------------------------------
+# --- the chart ------------------------------------------------------------------------------------
 
 
-def released_manifest(version: str = VERSION) -> Path:
-    """MetalLB's own all-in-one manifest for native BGP, as its module ships it."""
-    return module_dir(version) / "config" / "manifests" / "metallb-native.yaml"
+@dataclass(frozen=True)
+class Chart:
+    """MetalLB's chart rendered for this lab, split by what each part is used for."""
+
+    crds: tuple[dict[str, Any], ...]
+    applied: tuple[dict[str, Any], ...]  # ServiceAccounts, RBAC, ConfigMaps: applied as rendered
+    speaker: dict[str, Any]  # the DaemonSet: read for how a speaker runs, never applied
+    controller: dict[str, Any]  # the Deployment: likewise
+
+    def config_map(self, name: str) -> dict[str, Any]:
+        for o in self.applied:
+            if o["kind"] == "ConfigMap" and o["metadata"]["name"] == name:
+                return o
+        raise MetalLBError(f"the chart rendered no ConfigMap {name}")
+
+    @property
+    def memberlist_secret(self) -> str:
+        """The Secret the controller is told to create and the speakers mount."""
+        env = {e["name"]: e.get("value") for e in container(self.controller).get("env", [])}
+        name = env.get("METALLB_ML_SECRET_NAME")
+        if not isinstance(name, str) or not name:
+            raise MetalLBError("the controller's Deployment names no memberlist Secret")
+        return name
 
 
-def select(documents: Iterable[dict[str, Any] | None]) -> list[dict[str, Any]]:
-    """The objects a lab install applies: the CRDs, then the ServiceAccounts and RBAC in
-    MetalLB's namespace (in that order, so the bindings find their subjects' roles)."""
-    order = {kind: i for i, kind in enumerate(INSTALLED_KINDS)}
-    chosen = [d for d in documents if d and d.get("kind") in order]
-    for d in chosen:
-        namespace = (d.get("metadata") or {}).get("namespace")
-        if namespace not in (None, NAMESPACE):
-            raise MetalLBError(f"{d['kind']} {d['metadata'].get('name')} in {namespace}")
-    return sorted(chosen, key=lambda d: order[d["kind"]])
+def split(documents: Iterable[dict[str, Any] | None]) -> Chart:
+    """The rendered documents, sorted by use; anything unexpected means the chart changed."""
+    crds, applied, workloads = [], [], {}
+    for d in documents:
+        if not d:
+            continue
+        kind, meta = d.get("kind"), d.get("metadata") or {}
+        if kind not in CLUSTER_SCOPED and meta.get("namespace") not in (None, NAMESPACE):
+            raise MetalLBError(f"{kind} {meta.get('name')} is in {meta.get('namespace')}")
+        if kind == "CustomResourceDefinition":
+            crds.append(d)
+        elif kind in APPLIED_KINDS:
+            applied.append(d)
+        elif kind in ("DaemonSet", "Deployment"):
+            workloads[meta.get("name")] = d
+        else:
+            raise MetalLBError(f"the chart rendered a {kind} ({meta.get('name')}): not expected")
+    try:
+        speaker = workloads.pop(f"{RELEASE}-speaker")
+        controller = workloads.pop(f"{RELEASE}-controller")
+    except KeyError as e:
+        raise MetalLBError(f"the chart rendered no {e.args[0]}") from None
+    if workloads:
+        raise MetalLBError(f"the chart rendered more workloads: {', '.join(map(str, workloads))}")
+    order = {kind: i for i, kind in enumerate(APPLIED_KINDS)}
+    applied.sort(key=lambda o: order[o["kind"]])
+    return Chart(tuple(crds), tuple(applied), speaker, controller)
 
 
-def manifests(version: str = VERSION) -> list[dict[str, Any]]:
-    with released_manifest(version).open() as f:
-        return select(yaml.safe_load_all(f))
+def render(version: str = VERSION) -> Chart:
+    """`helm template` of MetalLB's chart from its module, with VALUES."""
+    try:
+        helm = tools.helm()
+    except tools.ToolError as e:
+        raise MetalLBError(str(e)) from None
+    argv = [str(helm), "template", RELEASE, str(module_dir(version) / CHART)]
+    argv += ["--namespace", NAMESPACE]
+    for value in VALUES:
+        argv += ["--set", value]
+    for template in TEMPLATES:
+        argv += ["--show-only", template]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        raise MetalLBError(f"helm template of MetalLB's chart failed: {result.stderr.strip()}")
+    return split(yaml.safe_load_all(result.stdout))
 
 
-def crds(objects: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = workload["spec"]["template"]["spec"]
+    return spec
 
 
-def speaker_stand_ins(lab: network_lab.Lab) -> list[dict[str, Any]]:
-    """One Pod object per node that MetalLB's memberlist finds its peers by: its labels, the
-    node's address as podIP; no node and no scheduler, so that nothing tries to run it."""
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"metallb-speaker-{name}",
-                "namespace": NAMESPACE,
-                "labels": dict(SPEAKER_LABELS),
-            },
-            "spec": {
-                "schedulerName": UNSCHEDULED,
-                "containers": [{"name": "speaker", "image": "metallb-speaker-not-run"}],
-            },
+def container(workload: dict[str, Any]) -> dict[str, Any]:
+    """The workload's container named after its component (the speaker's is `speaker`)."""
+    name = workload["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]
+    for c in pod_spec(workload)["containers"]:
+        if c["name"] == name:
+            return dict(c)
+    raise MetalLBError(f"{workload['metadata']['name']} has no container {name}")
+
+
+def resolve_env(c: dict[str, Any], fields: Mapping[str, str]) -> dict[str, str]:
+    """A container's environment as its Pod would get it, `fields` answering its fieldRefs."""
+    env = {}
+    for entry in c.get("env", []):
+        name = entry["name"]
+        if "value" in entry:
+            env[name] = str(entry["value"])
+            continue
+        path = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        if not isinstance(path, str) or path not in fields:
+            raise MetalLBError(f"{name}: the lab cannot give {entry.get('valueFrom')}")
+        env[name] = fields[path]
+    return env
+
+
+def surplus_crds(ours: Iterable[str], theirs: Iterable[str]) -> list[str]:
+    """Our CRDs that MetalLB does not have (configurationstates): a MetalLB cluster has none."""
+    return sorted(set(ours) - set(theirs))
+
+
+def our_crds() -> list[str]:
+    names = []
+    for path in sorted(network_lab.CRDS.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        names.append(doc["metadata"]["name"])
+    return names
+
+
+def new_memberlist_key() -> str:
+    """A key shaped like the one MetalLB's controller makes: 128 random bits, base64 unpadded."""
+    return base64.b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+
+
+# --- stand-in Pods, files and command lines (pure) ------------------------------------------------
+
+
+def pod_name(node: str) -> str:
+    return f"{RELEASE}-speaker-{node}"
+
+
+def pod_fields(lab: network_lab.Lab, index: int) -> dict[str, str]:
+    """What a speaker Pod on node `index` would read through fieldRefs (hostNetwork: the Pod's
+    address is its node's)."""
+    node, address = lab.node_names[index - 1], str(lab.node_v4(index))
+    return {
+        "spec.nodeName": node,
+        "metadata.name": pod_name(node),
+        "metadata.namespace": NAMESPACE,
+        "status.hostIP": address,
+        "status.podIP": address,
+    }
+
+
+def stand_in(
+    chart: Chart, lab: network_lab.Lab, index: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The stand-in speaker Pod of node `index`, and the status to give it."""
+    template = chart.speaker["spec"]["template"]
+    spec = pod_spec(chart.speaker)
+    speaker = container(chart.speaker)
+    fields = pod_fields(lab, index)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": fields["metadata.name"],
+            "namespace": NAMESPACE,
+            "labels": dict(template["metadata"]["labels"]),
+        },
+        "spec": {
+            # No nodeName (a kubelet or pod agent would run it) and nobody to schedule it.
+            "schedulerName": UNSCHEDULED,
+            "serviceAccountName": spec["serviceAccountName"],
+            "hostNetwork": bool(spec.get("hostNetwork")),
+            "containers": [{"name": speaker["name"], "image": speaker["image"]}],
+        },
+    }
+    address = fields["status.podIP"]
+    status = {
+        "status": {
+            "podIP": address,
+            "podIPs": [{"ip": address}],
+            "hostIP": fields["status.hostIP"],
+            "hostIPs": [{"ip": fields["status.hostIP"]}],
         }
-        for name in lab.node_names
+    }
+    return pod, status
+
+
+def speaker_files(chart: Chart, memberlist_key: str) -> dict[str, str]:
+    """The files the speaker's Pod mounts, by path relative to /etc."""
+    spec = pod_spec(chart.speaker)
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    files = {}
+    for mount in container(chart.speaker).get("volumeMounts", []):
+        path, volume = mount["mountPath"], volumes.get(mount["name"], {})
+        if not path.startswith("/etc/") or "subPath" in mount:
+            raise MetalLBError(f"the speaker mounts {mount['name']} at {path}: not under /etc")
+        relative = path.removeprefix("/etc/").strip("/")
+        if "configMap" in volume:
+            data = chart.config_map(volume["configMap"]["name"]).get("data") or {}
+        elif "secret" in volume and volume["secret"]["secretName"] == chart.memberlist_secret:
+            data = {SECRET_KEY: memberlist_key}
+        else:
+            raise MetalLBError(f"the speaker mounts {mount['name']}, which the lab cannot give")
+        for key, text in data.items():
+            files[f"{relative}/{key}"] = text
+    return files
+
+
+def speaker_command(
+    chart: Chart,
+    lab: network_lab.Lab,
+    index: int,
+    *,
+    binary: Path,
+    kubeconfig: Path,
+    etc: Path,
+) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of node `index`'s speaker, to run in its namespace."""
+    if any(c in str(etc) for c in ",:"):
+        raise MetalLBError(f"{etc}: overlayfs options cannot name a path with ',' or ':'")
+    c = container(chart.speaker)
+    argv = [
+        "sh", "-c", ETC_OVERLAY, "sh", str(etc),
+        str(binary),
+        *c.get("args", []),
+        # Outside a Pod there is no in-cluster configuration and no ServiceAccount namespace
+        # file for it to fall back on.
+        f"--kubeconfig={kubeconfig}",
+        f"--namespace={NAMESPACE}",
+        # Also in METALLB_NODE_NAME; on the command line so that `ps` tells the speakers apart.
+        f"--node-name={lab.node_names[index - 1]}",
+    ]  # fmt: skip
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),  # for sh, mount, cp
+        **resolve_env(c, pod_fields(lab, index)),
+        # MetalLB's own BGP speaker (also its default when unset): no FRR in the node.
+        "METALLB_BGP_TYPE": "native",
+    }
+    return argv, env
+
+
+def controller_command(
+    chart: Chart, *, binary: Path, kubeconfig: Path
+) -> tuple[list[str], dict[str, str]]:
+    """argv and environment of the controller (the chart's, plus where the apiserver is)."""
+    c = container(chart.controller)
+    argv = [
+        str(binary),
+        *c.get("args", []),
+        f"--kubeconfig={kubeconfig}",
+        f"--namespace={NAMESPACE}",
     ]
+    # METALLB_ML_SECRET_NAME from the chart: the controller creates that Secret when it is
+    # missing, owned by its Deployment, which does not exist here; `install` creates it first,
+    # so the controller finds it and leaves it alone.
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        **resolve_env(c, {}),
+        "METALLB_BGP_TYPE": "native",  # which configuration it validates; its default too
+    }
+    return argv, env
 
 
-def stand_in_status(lab: network_lab.Lab, index: int) -> dict[str, Any]:
-    address = str(lab.node_v4(index))
-    return {"status": {"podIP": address, "podIPs": [{"ip": address}]}}
+# --- installing into a lab ------------------------------------------------------------------------
 
 
-def _apply(lab: network_lab.Lab, objects: Sequence[dict[str, Any]]) -> None:
+def _apply(lab: network_lab.Lab, objects: Sequence[dict[str, Any]], manager: str) -> None:
     lab.kubectl(
         "apply",
         "--server-side",
         "--force-conflicts",
-        "--field-manager=ironlb-lab-metallb",
+        f"--field-manager={manager}",
         "-f",
         "-",
         input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
     )
 
 
-def install(lab: network_lab.Lab, version: str = VERSION) -> None:
-    """MetalLB's CRDs (in place of ours) and RBAC, and its speakers' stand-in Pods."""
-    objects = manifests(version)
-    _apply(lab, objects)
-    names = [c["metadata"]["name"] for c in crds(objects)]
-    lab.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", *names)
-    _apply(lab, speaker_stand_ins(lab))
-    for index, name in enumerate(lab.node_names, start=1):
+def memberlist_key(lab: network_lab.Lab, chart: Chart) -> str:
+    """The speakers' memberlist key from its Secret, which is created if missing."""
+    name = chart.memberlist_secret
+    found = lab.kubectl("get", "secret", name, "-n", NAMESPACE, "--ignore-not-found", "-o", "json")
+    if found.strip():
+        data = json.loads(found).get("data") or {}
+        if SECRET_KEY not in data:
+            raise MetalLBError(f"Secret {NAMESPACE}/{name} has no key {SECRET_KEY}")
+        return base64.b64decode(data[SECRET_KEY]).decode()
+    key = new_memberlist_key()
+    lab.kubectl(
+        "create", "secret", "generic", name, "-n", NAMESPACE, f"--from-literal={SECRET_KEY}={key}"
+    )
+    return key
+
+
+def install(lab: network_lab.Lab, version: str = VERSION, chart: Chart | None = None) -> Chart:
+    """MetalLB's CRDs in place of ours, its accounts, RBAC and ConfigMap, the memberlist Secret
+    and the speakers' stand-in Pods. Ironlb must not be running."""
+    chart = chart or render(version)
+    names = [c["metadata"]["name"] for c in chart.crds]
+    _apply(lab, chart.crds, CRD_MANAGER)
+    surplus = surplus_crds(our_crds(), names)
+    if surplus:
+        lab.kubectl("delete", "crd", *surplus, "--ignore-not-found")
+    lab.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in names)
+    )
+    _apply(lab, chart.applied, MANAGER)
+    memberlist_key(lab, chart)
+    pods = [stand_in(chart, lab, i) for i in range(1, lab.nodes + 1)]
+    _apply(lab, [pod for pod, _ in pods], MANAGER)
+    for pod, status in pods:
         lab.kubectl(
-            "patch",
-            "pod",
-            f"metallb-speaker-{name}",
-            "-n",
-            NAMESPACE,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            json.dumps(stand_in_status(lab, index)),
-        )
+            "patch", "pod", pod["metadata"]["name"], "-n", NAMESPACE, "--subresource=status",
+            "--type=merge", "-p", json.dumps(status),
+        )  # fmt: skip
+    log(f"installed MetalLB {version}'s CRDs and RBAC; {len(pods)} stand-in speaker Pods")
+    return chart
 
 
-def uninstall(lab: network_lab.Lab) -> None:
-    """Our CRDs back in place of MetalLB's; its stand-ins gone (its RBAC may stay: unused)."""
+def uninstall(lab: network_lab.Lab, version: str = VERSION, chart: Chart | None = None) -> None:
+    """Undo `install` (also a partial one): MetalLB's objects go (its status objects with the
+    stand-ins that own them), our CRDs come back in place of its."""
+    chart = chart or render(version)
+    pods = [pod_name(n) for n in lab.node_names]
+    lab.kubectl("delete", "pod", *pods, "-n", NAMESPACE, "--ignore-not-found", "--wait=false")
+    lab.kubectl("delete", "secret", chart.memberlist_secret, "-n", NAMESPACE, "--ignore-not-found")
     lab.kubectl(
-        "delete", "pod", "-n", NAMESPACE, "-l", "app=metallb,component=speaker",
-        "--ignore-not-found", "--wait=false",
+        "delete", "--ignore-not-found", "-f", "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(chart.applied)}),
     )  # fmt: skip
     lab.kubectl(
-        "apply", "--server-side", "--force-conflicts", "--field-manager=ironlb-lab",
-        "-f", str(network_lab.ROOT / "crds"),
+        "apply", "--server-side", "--force-conflicts", f"--field-manager={CRD_MANAGER}",
+        "-f", str(network_lab.CRDS),
     )  # fmt: skip
+    names = our_crds()
+    lab.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in names)
+    )
+    log("uninstalled MetalLB; our CRDs are back")
 
 
-def identities(lab: network_lab.Lab, directory: Path) -> dict[str, Path]:
-    """Kubeconfigs that authenticate as MetalLB's ServiceAccounts (tokens from the apiserver),
-    the speaker's pointing where the node namespaces reach the apiserver."""
-    config = yaml.safe_load(lab.kubeconfig.read_text())
-    directory.mkdir(parents=True, exist_ok=True)
-    paths: dict[str, Path] = {}
-    for component, account in SERVICE_ACCOUNTS.items():
-        token = lab.kubectl(
-            "create", "token", account, "-n", NAMESPACE, f"--duration={TOKEN_SECONDS}s"
-        ).strip()
-        mine = json.loads(json.dumps(config))
-        for user in mine.get("users") or []:
-            user["user"] = {"token": token}
-        if component == "speaker":
-            for entry in mine.get("clusters") or []:
-                entry["cluster"]["server"] = network_lab.APISERVER_FROM_NODES
-        path = directory / f"kubeconfig-metallb-{component}"
-        path.write_text(json.dumps(mine, indent=2))
-        path.chmod(0o600)
-        paths[component] = path
-    return paths
-
-
-# --- running it ----------------------------------------------------------------------------------
-
-
-def controller_argv(bin_dir: Path) -> list[str]:
-    return [
-        str(bin_dir / "controller"),
-        f"-namespace={NAMESPACE}",
-        # Ours is off in the lab too; MetalLB's would also need its certificate rotation.
-        "-webhook-mode=disabled",
-        "-disable-cert-rotation",
-        # Metrics on a port of its own on the host (7472 is MetalLB's default, free there).
-        "-port=7472",
-        "-log-level=info",
-    ]
-
-
-def speaker_argv(bin_dir: Path, lab: network_lab.Lab, index: int) -> list[str]:
-    return [
-        str(bin_dir / "speaker"),
-        f"-node-name={lab.node_names[index - 1]}",
-        f"-namespace={NAMESPACE}",
-        f"-host={lab.node_v4(index)}",
-        "-port=7472",
-        "-log-level=info",
-    ]
-
-
-def speaker_env(
-    lab: network_lab.Lab, index: int, kubeconfig: Path, key_dir: Path
-) -> dict[str, str]:
-    """What MetalLB's DaemonSet gives a speaker through its environment."""
-    return {
-        "KUBECONFIG": str(kubeconfig),
-        "METALLB_NODE_NAME": lab.node_names[index - 1],
-        "METALLB_HOST": str(lab.node_v4(index)),
-        "METALLB_ML_BIND_ADDR": str(lab.node_v4(index)),
-        "METALLB_ML_BIND_PORT": str(MEMBERLIST_PORT),
-        "METALLB_ML_LABELS": ",".join(f"{k}={v}" for k, v in SPEAKER_LABELS.items()),
-        "METALLB_ML_SECRET_KEY_PATH": str(key_dir),
-        "METALLB_POD_NAME": f"metallb-speaker-{lab.node_names[index - 1]}",
-        "METALLB_BGP_TYPE": "native",
-    }
+# --- running it -----------------------------------------------------------------------------------
 
 
 @dataclass
 class MetalLBDeployment:
+    """MetalLB's processes in an installed lab, driven like `hack.deploy.Deployment` (the same
+    method names, so a bench can take either): `start_speaker(i)`, `signal_speaker(i, SIGKILL)`
+    for a crash, `stop_speaker(i, SIGTERM)` for a graceful stop, `stop()`."""
+
     lab: network_lab.Lab
     version: str = VERSION
     controller: subprocess.Popen[Any] | None = None
     speakers: dict[int, subprocess.Popen[Any]] = field(default_factory=dict)
-    _logs: list[IO[bytes]] = field(default_factory=list)
+    _chart: Chart | None = None
     _kubeconfigs: dict[str, Path] | None = None
+    _etc_written: bool = False
+    _logs: list[IO[bytes]] = field(default_factory=list)
 
     @property
-    def bin_dir(self) -> Path:
-        return binary(COMMANDS[0], self.version).parent
+    def directory(self) -> Path:
+        return self.lab.directory / "metallb"
 
     @property
-    def key_dir(self) -> Path:
-        path = self.lab.directory / "metallb-memberlist"
-        if not path.exists():
-            path.mkdir(parents=True)
-            (path / "secretkey").write_text(secrets.token_urlsafe(24))
-            (path / "secretkey").chmod(0o600)
-        return path
+    def chart(self) -> Chart:
+        if self._chart is None:
+            self._chart = render(self.version)
+        return self._chart
 
     def kubeconfig(self, component: str) -> Path:
+        """A kubeconfig as the chart's ServiceAccount of `component` (`speaker`, `controller`)."""
         if self._kubeconfigs is None:
-            self._kubeconfigs = identities(self.lab, self.lab.directory / "metallb-accounts")
+            for component, workload in (
+                ("speaker", self.chart.speaker),
+                ("controller", self.chart.controller),
+            ):
+                # chart_identities makes tokens for `<release>-<component>`.
+                account = pod_spec(workload)["serviceAccountName"]
+                if account != f"{RELEASE}-{component}":
+                    raise MetalLBError(f"MetalLB's {component} runs as {account}, not expected")
+            try:
+                paths = tools.chart_identities(
+                    self.lab.kubeconfig,
+                    self.directory / "accounts",
+                    namespace=NAMESPACE,
+                    release=RELEASE,
+                    install_rbac=False,  # `install` applied MetalLB's
+                )
+            except tools.ToolError as e:
+                raise MetalLBError(str(e)) from None
+            speaker = json.loads(paths["speaker"].read_text())
+            # Speakers live in node namespaces and reach the apiserver over the LAN.
+            for entry in speaker.get("clusters") or []:
+                entry["cluster"]["server"] = network_lab.APISERVER_FROM_NODES
+            paths["speaker"].write_text(json.dumps(speaker, indent=2))
+            self._kubeconfigs = paths
         return self._kubeconfigs[component]
+
+    @property
+    def etc(self) -> Path:
+        """The speakers' /etc additions (`files/`) and their private mount point (`mnt/`),
+        written once per deployment (the memberlist key is the installed Secret's)."""
+        etc = self.directory / "etc"
+        if self._etc_written:
+            return etc
+        shutil.rmtree(etc, ignore_errors=True)
+        (etc / "mnt").mkdir(parents=True)
+        key = memberlist_key(self.lab, self.chart)
+        for relative, text in speaker_files(self.chart, key).items():
+            path = etc / "files" / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            path.chmod(0o600)
+        self._etc_written = True
+        return etc
 
     def _log(self, name: str) -> IO[bytes]:
         out = open(self.lab.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
         self._logs.append(out)
         return out
 
+    def start(self, speakers: Iterable[int] | None = None) -> None:
+        """The controller, then a speaker on every node (or on `speakers`)."""
+        ensure_built(self.version)
+        self.start_controller()
+        for index in speakers if speakers is not None else range(1, self.lab.nodes + 1):
+            self.start_speaker(index)
+
     def start_controller(self) -> subprocess.Popen[Any]:
-        self.controller = subprocess.Popen(
-            controller_argv(self.bin_dir),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log("metallb-controller"),
+        argv, env = controller_command(
+            self.chart,
+            binary=bin_dir(self.version) / "controller",
+            kubeconfig=self.kubeconfig("controller"),
+        )
+        # In the control plane's namespace, where a cluster runs it on a control-plane node; it
+        # reaches the apiserver at the admin kubeconfig's address, which is that namespace's own.
+        self.controller = self.lab.popen(
+            network_lab.NS_CP,
+            *argv,
+            env=env,
+            stdout=self._log(f"{RELEASE}-controller"),
             stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "KUBECONFIG": str(self.kubeconfig("controller"))},
         )
         return self.controller
 
     def start_speaker(self, index: int) -> subprocess.Popen[Any]:
-        env = speaker_env(self.lab, index, self.kubeconfig("speaker"), self.key_dir)
+        argv, env = speaker_command(
+            self.chart,
+            self.lab,
+            index,
+            binary=bin_dir(self.version) / "speaker",
+            kubeconfig=self.kubeconfig("speaker"),
+            etc=self.etc,
+        )
         process = self.lab.popen(
             network_lab.node_namespace(index),
-            "env",
-            *(f"{k}={v}" for k, v in env.items()),
-            *speaker_argv(self.bin_dir, self.lab, index),
-            stdout=self._log(f"metallb-speaker-{self.lab.node_names[index - 1]}"),
+            *argv,
+            env=env,
+            stdout=self._log(pod_name(self.lab.node_names[index - 1])),
             stderr=subprocess.STDOUT,
         )
         self.speakers[index] = process
         return process
 
     def signal_speaker(self, index: int, sig: signal.Signals) -> None:
+        """A fault: the signal alone (SIGKILL is a crash); `stop_speaker` reaps it."""
         process = self.speakers.get(index)
         if process is not None and process.poll() is None:
             os.killpg(process.pid, sig)
 
     def stop_speaker(self, index: int, sig: signal.Signals = signal.SIGTERM) -> None:
+        """`sig` (SIGTERM: MetalLB leaves memberlist on its way out), SIGKILL after a while."""
         process = self.speakers.pop(index, None)
         if process is not None:
             processes.stop(process, sig)
 
+    def stop_controller(self, sig: signal.Signals = signal.SIGTERM) -> None:
+        if self.controller is not None:
+            processes.stop(self.controller, sig)
+            self.controller = None
+
     def stop(self) -> None:
         for index in list(self.speakers):
             self.stop_speaker(index)
-        if self.controller is not None:
-            processes.stop(self.controller, signal.SIGTERM)
-            self.controller = None
+        self.stop_controller()
         for out in self._logs:
             out.close()
         self._logs.clear()
 
+    def logs(self, name: str) -> str:
+        """A process's log: `metallb-controller`, `metallb-speaker-node1`, ..."""
+        path = self.lab.log_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
 
 @contextlib.contextmanager
-def deployed(lab: network_lab.Lab, *, version: str = VERSION) -> Iterator[MetalLBDeployment]:
-    """MetalLB installed and running in the lab; afterwards stopped and our CRDs back."""
+def deployed(
+    lab: network_lab.Lab, *, version: str = VERSION, speakers: Iterable[int] | None = None
+) -> Iterator[MetalLBDeployment]:
+    """MetalLB built, installed and running in the lab; afterwards stopped and our CRDs back."""
     ensure_built(version)
-    install(lab, version)
-    deployment = MetalLBDeployment(lab, version)
+    chart = render(version)  # before the lab is touched: what fails here leaves it as it was
+    deployment = MetalLBDeployment(lab, version, _chart=chart)
     try:
-        deployment.start_controller()
-        for index in range(1, lab.nodes + 1):
-            deployment.start_speaker(index)
+        install(lab, version, chart)
+        deployment.start(speakers)
         yield deployment
     finally:
-        deployment.stop()
-        uninstall(lab)
+        try:
+            deployment.stop()
+        finally:
+            uninstall(lab, version, chart)
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+
+def _lab(directory: Path) -> network_lab.Lab:
+    marker = directory / network_lab.MARKER
+    if not marker.exists():
+        raise MetalLBError(f"no lab in {directory}: run `hack/lab up` first")
+    return network_lab.Lab(nodes=int(json.loads(marker.read_text())["nodes"]), directory=directory)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["build", "manifests"])
-    parser.add_argument("--version", default=VERSION)
+    parser = argparse.ArgumentParser(
+        prog="python -m hack.metallb", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument("--version", default=VERSION, help=f"MetalLB's version ({VERSION})")
+    parser.add_argument(
+        "--dir", type=Path, default=network_lab.DEFAULT_DIR, help="the lab's state directory"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("build", help="build speaker and controller into the cache; print where")
+    sub.add_parser("render", help="print the chart's objects that `install` applies")
+    sub.add_parser("install", help="MetalLB's CRDs (in place of ours), RBAC, stand-in Pods")
+    sub.add_parser("uninstall", help="remove what `install` added; our CRDs back")
+    sub.add_parser("run", help="install and start MetalLB in the lab until Ctrl-C")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
             print(ensure_built(args.version))
+        elif args.command == "render":
+            chart = render(args.version)
+            print(yaml.safe_dump_all([*chart.crds, *chart.applied], sort_keys=False), end="")
+        elif args.command == "install":
+            install(_lab(args.dir), args.version)
+        elif args.command == "uninstall":
+            uninstall(_lab(args.dir), args.version)
         else:
-            print(yaml.safe_dump_all(manifests(args.version), sort_keys=False))
-    except MetalLBError as e:
-        log(str(e))
+            lab = _lab(args.dir)
+            with deployed(lab, version=args.version):
+                log(f"running; logs in {lab.log_dir}/{RELEASE}-*.log; Ctrl-C stops it")
+                while True:
+                    time.sleep(3600)
+    except (MetalLBError, network_lab.LabError) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 
