@@ -224,6 +224,7 @@ def ensure_built(version: str = VERSION) -> Path:
             # One `go build` for both: what they share (client-go, controller-runtime, ...)
             # compiles once.
             _go(["go", "build", "-o", str(staging) + os.sep, *packages], src, "go build")
+        staging.chmod(0o755)  # mkdtemp makes it 0700; the cache's other directories are 0755
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
