@@ -492,7 +492,7 @@ class Usage:
     frr: dict[str, ProcessSample] = field(default_factory=dict)
 
     @classmethod
-    def take(cls, lab: network_lab.Lab, deployment: deploy.Deployment) -> Usage:
+    def take(cls, lab: network_lab.Lab, deployment: deploy.Speakers) -> Usage:
         usage = cls()
         for index, process in deployment.speakers.items():
             usage.per_node[index] = process_tree(process.pid)
@@ -541,7 +541,7 @@ class Usage:
 
 
 def wait_idle(
-    lab: network_lab.Lab, deployment: deploy.Deployment, timeout: float
+    lab: network_lab.Lab, deployment: deploy.Speakers, timeout: float
 ) -> tuple[float, bool, list[float]]:
     """Until the speakers together use under 10 % of a core over half a second (so that a
     measurement starts from quiet speakers, not from their start-up): how long that took,
@@ -716,7 +716,7 @@ def small_vip(i: int) -> str:
     return str(SMALL_POOL[i + 1])
 
 
-def stop_speakers(lab: network_lab.Lab, deployment: deploy.Deployment) -> None:
+def stop_speakers(lab: network_lab.Lab, deployment: deploy.Speakers) -> None:
     """SIGTERM to all first, then wait for each: their graceful withdrawals overlap."""
     for i in range(1, lab.nodes + 1):
         deployment.signal_speaker(i, signal.SIGTERM)
@@ -724,7 +724,7 @@ def stop_speakers(lab: network_lab.Lab, deployment: deploy.Deployment) -> None:
         deployment.stop_speaker(i)
 
 
-def start_speakers(lab: network_lab.Lab, deployment: deploy.Deployment) -> None:
+def start_speakers(lab: network_lab.Lab, deployment: deploy.Speakers) -> None:
     for i in range(1, lab.nodes + 1):
         deployment.start_speaker(i)
     everyone = node_addresses(lab, range(1, lab.nodes + 1))
@@ -826,7 +826,7 @@ def fib_dump_count(lab: network_lab.Lab, network: ipaddress.IPv4Network) -> int:
 
 def bulk(
     lab: network_lab.Lab,
-    deployment: deploy.Deployment,
+    deployment: deploy.Speakers,
     api: Api,
     fib: Fib,
     count: int,
@@ -917,7 +917,7 @@ def bulk(
     }
 
 
-def graceful_stop(lab: network_lab.Lab, deployment: deploy.Deployment, fib: Fib) -> dict[str, Any]:
+def graceful_stop(lab: network_lab.Lab, deployment: deploy.Speakers, fib: Fib) -> dict[str, Any]:
     """SIGTERM to every speaker at once while they announce the bulk routes: until the ToR's
     FIB holds none of them (the last time it became empty, so routes coming back would count),
     and until every speaker process has exited."""
@@ -935,7 +935,7 @@ def graceful_stop(lab: network_lab.Lab, deployment: deploy.Deployment, fib: Fib)
 
 
 def cold_start(
-    lab: network_lab.Lab, deployment: deploy.Deployment, fib: Fib, count: int
+    lab: network_lab.Lab, deployment: deploy.Speakers, fib: Fib, count: int
 ) -> dict[str, Any]:
     """Stop every speaker (`graceful_stop`) and start them again with the N announced Services
     already there: from the spawn until all N are back (what a rollout of the DaemonSet

@@ -59,11 +59,14 @@ def owner_of(lab: network_lab.Lab, vip: str, alive: Sequence[int]) -> int:
 
 def trial(
     lab: network_lab.Lab,
-    deployment: deploy.Deployment,
+    deployment: deploy.Speakers,
     vip: str,
     fault: str,
+    back_timeout: float = 60.0,
 ) -> float | None:
-    """One fault of the current owner; returns seconds until the successor answers."""
+    """One fault of the current owner; returns seconds until the successor answers.
+    `back_timeout`: how long the owner may take to answer again before the next trial (a
+    memberlist that declared it dead takes longer than ours to take it back)."""
     everyone = list(range(1, lab.nodes + 1))
     owner = owner_of(lab, vip, everyone)
     successor = owner_of(lab, vip, [i for i in everyone if i != owner])
@@ -90,7 +93,7 @@ def trial(
         # Wait for the owner to be back (it wins the hash again) before the next trial.
         back = witness.ArpWatcher(lab, vip, WATCH_EVERY_S)
         try:
-            back.until(lambda macs: macs == [lab.node_mac(owner)], timeout=60)
+            back.until(lambda macs: macs == [lab.node_mac(owner)], timeout=back_timeout)
         finally:
             back.close()
 

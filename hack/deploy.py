@@ -20,13 +20,27 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from hack import lab as network_lab
 from hack import processes, tools
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMBERSHIP_PORT = 7946
+
+
+class Speakers(Protocol):
+    """The speakers of a system running in the lab, as benches drive them: ironlb's
+    `Deployment` here, or MetalLB's (`hack.metallb.MetalLBDeployment`), so that one scenario
+    runs against either. SIGKILL through `signal_speaker` is a crash; `stop_speaker` reaps."""
+
+    speakers: dict[int, subprocess.Popen[Any]]
+
+    def start_speaker(self, index: int) -> subprocess.Popen[Any]: ...
+
+    def signal_speaker(self, index: int, sig: signal.Signals) -> None: ...
+
+    def stop_speaker(self, index: int, sig: signal.Signals = signal.SIGTERM) -> None: ...
 
 
 @dataclass

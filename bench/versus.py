@@ -1,0 +1,416 @@
+"""ironlb and MetalLB itself, side by side: one lab, one run, the same scenarios against each.
+
+MetalLB (`hack/metallb.py`: built from its Go module on first use, installed in place of ironlb,
+its memberlist with the timings it ships, its native BGP) and ironlb run in turn on the same
+nodes, kube-proxy, Pods and ToR. Every figure is taken for both, and the JSON has
+`<figure>_ironlb`, `<figure>_metallb` and `<figure>_ratio` (ironlb / MetalLB: below 1, ironlb
+took less time or memory).
+
+Scenarios, in this order (a system's L2 and conformance parts run with its controller; its BGP
+part with its speakers alone, as `bench/bgp.py` measures):
+1. ironlb: conformance cases, then L2 failover trials.
+2. MetalLB: the same; then its controller stops and the BGP part runs with its speakers.
+3. ironlb's speakers alone: the BGP part again, on the same objects.
+
+* conformance (`hack/conformance.py`): each case's manifests applied under each system, what a
+  user sees compared path by path; `conformance_unexplained` counts differences that no row of
+  `DELIBERATE` (docs/compared-with-metallb.md) explains, and must be 0.
+* L2 failover (`bench/failover_l2.py`'s trial): the ToR probes the VIP with ARP every 10 ms;
+  from the fault of the owner (speaker SIGKILLed, link cut, SIGTERM) to the first answer from the
+  successor. Both systems elect with the same hash, so the owner and successor are known.
+* BGP (`bench/bgp.py`'s FIB watcher, ToR FRR with hold time 3 s): a Service's status PATCHed,
+  until its /32 is in the ToR's FIB; N Services with addresses exist, one BGPAdvertisement is
+  created, until all N /32s are in the FIB (first route, all, every nexthop); speakers' RSS and
+  CPU from /proc; every speaker SIGTERMed, until the FIB is empty.
+
+    python -m bench.versus [--quick] [--trials N] [--routes N] [--cases quick|all|NAME,...]
+
+`--quick`: 1 trial per fault, 1,000 routes, a few conformance cases: under 5 minutes once MetalLB
+is built (its cold build, reported as `metallb_build_s`, is not counted in that). Progress goes to
+stderr; the last line is one JSON object (with `incomplete` set, and what was measured until
+then, if a part failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import bgp, failover_l2, figures  # noqa: E402
+from hack import conformance, conformance_cases, deploy, metallb, objects  # noqa: E402
+from hack import lab as network_lab  # noqa: E402
+
+SYSTEMS = ("ironlb", "metallb")
+FAULTS = ("kill", "linkcut", "graceful")
+NS = objects.METALLB_NAMESPACE
+# How long a restarted owner may take to answer again: memberlist takes a node it declared dead
+# back when gossip reaches it (GossipToTheDeadTime, 30 s on a LAN), sometimes on its next join.
+BACK_TIMEOUT_S = {"ironlb": 60.0, "metallb": 120.0}
+# The quick run's cases: one of each kind a user sees (allocation, sharing, L2, BGP).
+QUICK_CASES = ("auto-lowest-free", "share-same-key", "l2-announce", "bgp-announce")
+BULK_ADVERTISEMENT = "bench-bulk"
+
+
+class VersusError(Exception):
+    pass
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- figures (pure) -------------------------------------------------------------------------------
+
+
+def ratio(ironlb: float | None, metallb: float | None) -> float | None:
+    """ironlb / MetalLB, or None when either is missing or MetalLB's is 0."""
+    if ironlb is None or metallb is None or metallb == 0:
+        return None
+    return round(ironlb / metallb, 3)
+
+
+def side_by_side(sides: Mapping[str, Mapping[str, float | None]]) -> dict[str, float | None]:
+    """`<figure>_ironlb`, `<figure>_metallb`, `<figure>_ratio` for every figure either side has."""
+    out: dict[str, float | None] = {}
+    ours, theirs = sides.get("ironlb", {}), sides.get("metallb", {})
+    for name in sorted(ours.keys() | theirs.keys()):
+        a, b = ours.get(name), theirs.get(name)
+        out[f"{name}_ironlb"] = a
+        out[f"{name}_metallb"] = b
+        out[f"{name}_ratio"] = ratio(a, b)
+    return out
+
+
+def l2_figures(results: Mapping[str, Sequence[float]]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for fault in FAULTS:
+        d = figures.distribution(results.get(fault, []))
+        out[f"l2_{fault}_median_s"] = _number(d["median"])
+        out[f"l2_{fault}_max_s"] = _number(d["max"])
+    return out
+
+
+def _number(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def pick_cases(spec: str, quick: bool) -> tuple[conformance.Case, ...]:
+    """`quick` (QUICK_CASES), `all`, or names separated by commas; default by --quick."""
+    if spec == "all" or (spec == "" and not quick):
+        return conformance_cases.CASES
+    names = QUICK_CASES if spec in ("", "quick") else tuple(n for n in spec.split(",") if n)
+    try:
+        return tuple(conformance_cases.by_name(n) for n in names)
+    except KeyError as e:
+        raise VersusError(f"no conformance case {e}") from None
+
+
+@dataclass
+class Run:
+    """What was measured so far (printed even if a later part fails)."""
+
+    sides: dict[str, dict[str, float | None]] = field(
+        default_factory=lambda: {s: {} for s in SYSTEMS}
+    )
+    detail: dict[str, dict[str, Any]] = field(default_factory=lambda: {s: {} for s in SYSTEMS})
+    runs: dict[str, list[conformance.CaseRun]] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def differences(self) -> list[conformance.Difference]:
+        ours, theirs = self.runs.get("ironlb", []), self.runs.get("metallb", [])
+        by_name = {r.case: r for r in theirs}
+        return [
+            d
+            for run in ours
+            if run.case in by_name
+            for d in conformance.compare_runs(run, by_name[run.case])
+        ]
+
+
+# --- the scenarios ------------------------------------------------------------------------------
+
+
+def l2_failovers(
+    lab: network_lab.Lab, system: str, deployment: deploy.Speakers, trials: int
+) -> dict[str, list[float]]:
+    vip = failover_l2.setup_service(lab)
+    results: dict[str, list[float]] = {f: [] for f in FAULTS}
+    try:
+        for fault in FAULTS:
+            for n in range(trials):
+                took = failover_l2.trial(
+                    lab, deployment, vip, fault, back_timeout=BACK_TIMEOUT_S[system]
+                )
+                say(f"{system} L2 {fault} #{n + 1}: {'lost' if took is None else f'{took:.3f} s'}")
+                if took is not None:
+                    results[fault].append(took)
+    finally:
+        lab.kubectl("delete", "service", "bench", "-n", "default", "--ignore-not-found")
+        lab.kubectl(
+            "delete", "l2advertisement/bench", "ipaddresspool/bench", "-n", NS,
+            "--ignore-not-found",
+        )  # fmt: skip
+        objects.set_backends(lab, "default", "bench", [], wait=False)
+    return results
+
+
+def bgp_configure(lab: network_lab.Lab, trials: int) -> None:
+    """`bench/bgp.py`'s objects without its BFD profile (MetalLB's native BGP refuses a
+    configuration holding one), and the Services of the status-to-FIB trials."""
+    objects.apply(
+        lab,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": bgp.APP_NS}},
+        bgp.pool("bench", bgp.SMALL_POOL),
+        bgp.pool("bench-bulk", bgp.BULK_NET),
+        {
+            "apiVersion": "metallb.io/v1beta2",
+            "kind": "BGPPeer",
+            "metadata": {"name": "tor", "namespace": NS},
+            "spec": {
+                "myASN": bgp.MY_ASN,
+                "peerASN": network_lab.TOR_ASN,
+                "peerAddress": str(network_lab.TOR_LAN_V4),
+                "holdTime": "3s",
+            },
+        },
+        bgp.advertisement("bench", "bench"),
+        *(bgp.service(bgp.APP_NS, f"s{i:03d}", "bench") for i in range(trials)),
+        *(bgp.endpoint_slice(lab, bgp.APP_NS, f"s{i:03d}") for i in range(trials)),
+    )
+
+
+def clear_small_ingress(api: bgp.Api, trials: int) -> None:
+    """Status back to no address, so that the next system's PATCH is a change it sees."""
+    for i in range(trials):
+        api.request(
+            "PATCH",
+            f"/api/v1/namespaces/{bgp.APP_NS}/services/s{i:03d}/status",
+            {"status": {"loadBalancer": {"ingress": None}}},
+            "application/merge-patch+json",
+        )
+
+
+def bgp_side(
+    lab: network_lab.Lab,
+    system: str,
+    deployment: deploy.Speakers,
+    fib: bgp.Fib,
+    api: bgp.Api,
+    count: int,
+    trials: int,
+) -> tuple[dict[str, float | None], dict[str, Any]]:
+    """Speakers started with the N Services there and their pool not advertised; status to FIB,
+    then the advertisement of all N, then every speaker stopped."""
+    bgp.start_speakers(lab, deployment)
+    first, full, _ = bgp.status_to_fib(lab, api, fib, trials)
+    idle, quiet, _ = bgp.wait_idle(lab, deployment, timeout=30)
+    say(f"{system} speakers {'idle' if quiet else 'NOT idle'} after {idle:.1f} s")
+    before = bgp.Usage.take(lab, deployment)
+    api.warm()
+    started = time.monotonic()
+    api.request(
+        "POST",
+        f"/apis/metallb.io/v1beta1/namespaces/{NS}/bgpadvertisements",
+        bgp.advertisement(BULK_ADVERTISEMENT, "bench-bulk"),
+    )
+    done = fib.wait(lambda: fib.full_count >= count, timeout=max(120.0, count / 50))
+    at_fib = bgp.Usage.take(lab, deployment)
+    one = fib.reached(started, 1, full=False)
+    every_route = fib.reached(started, count, full=False)
+    every_hop = fib.reached(started, count, full=True)
+    if not done:
+        say(f"{system}: only {fib.any_count} / {count} routes ({fib.full_count} with every hop)")
+    stop = bgp.graceful_stop(lab, deployment, fib)
+    lab.kubectl(
+        "delete", "bgpadvertisement", BULK_ADVERTISEMENT, "-n", NS, "--ignore-not-found"
+    )  # fmt: skip
+    clear_small_ingress(api, trials)
+    memory = at_fib.memory()["nodes"].get("node1", {})
+    cpu = at_fib.cpu_since(before)["nodes"].get("node1", {})
+
+    def since(t: float | None) -> float | None:
+        return None if t is None else round(t - started, 3)
+
+    status = figures.distribution(first)
+    out = {
+        "bgp_status_to_fib_median_s": _number(status["median"]),
+        "bgp_status_to_fib_ecmp_median_s": _number(figures.distribution(full)["median"]),
+        "bgp_routes_first_s": since(one),
+        "bgp_routes_all_s": since(every_route),
+        "bgp_routes_ecmp_s": since(every_hop),
+        "bgp_stop_empty_fib_s": stop["stop_to_empty_fib_s"],
+        # One node's speaker process (for ironlb without its ExaBGP, which is listed apart).
+        "speaker_rss_mb_at_fib": memory.get("speaker", {}).get("rss_mb"),
+        "speaker_cpu_s_to_fib": cpu.get("speaker"),
+    }
+    detail = {
+        "routes_in_fib": fib.any_count,
+        "speakers_idle_before": quiet,
+        "memory_node1": memory,
+        "cpu_node1_to_fib": cpu,
+        "status_to_fib": status,
+        "stop": stop,
+    }
+    return out, detail
+
+
+def conformance_side(
+    lab: network_lab.Lab, system: str, cases: Sequence[conformance.Case]
+) -> list[conformance.CaseRun]:
+    began = time.monotonic()
+    runs = conformance.run_in_lab(lab, cases)
+    say(f"{system}: {len(runs)} conformance cases in {time.monotonic() - began:.1f} s")
+    return runs
+
+
+def create_bulk(lab: network_lab.Lab, count: int) -> None:
+    began = time.monotonic()
+    asyncio.run(bgp.create_bulk(lab, count))
+    say(f"{count} Services with addresses and EndpointSlices in {time.monotonic() - began:.1f} s")
+
+
+def run(
+    lab: network_lab.Lab,
+    args: argparse.Namespace,
+    cases: Sequence[conformance.Case],
+    result: Run,
+    phase: Callable[[str], contextlib.AbstractContextManager[None]],
+) -> None:
+    trials, count, status_trials = args.trials, args.routes, args.status_trials
+    with phase("ironlb_l2_conformance"), deploy.deployed(lab) as ours:
+        result.runs["ironlb"] = conformance_side(lab, "ironlb", cases)
+        l2 = l2_failovers(lab, "ironlb", ours, trials)
+        result.sides["ironlb"].update(l2_figures(l2))
+        result.detail["ironlb"]["l2"] = l2
+    fib = bgp.Fib(lab, [str(bgp.SMALL_POOL), str(bgp.BULK_NET)], str(bgp.BULK_NET), lab.nodes)
+    api = bgp.Api(lab)
+    try:
+        with phase("metallb"), metallb.deployed(lab) as theirs:
+            with phase("metallb_l2_conformance"):
+                result.runs["metallb"] = conformance_side(lab, "metallb", cases)
+                l2 = l2_failovers(lab, "metallb", theirs, trials)
+                result.sides["metallb"].update(l2_figures(l2))
+                result.detail["metallb"]["l2"] = l2
+            with phase("metallb_bgp"):
+                theirs.stop_controller()
+                bgp.stop_speakers(lab, theirs)
+                bgp_configure(lab, status_trials)
+                create_bulk(lab, count)
+                side, detail = bgp_side(lab, "metallb", theirs, fib, api, count, status_trials)
+                result.sides["metallb"].update(side)
+                result.detail["metallb"]["bgp"] = detail
+        with phase("ironlb_bgp"):
+            ours = deploy.Deployment(lab)
+            try:
+                side, detail = bgp_side(lab, "ironlb", ours, fib, api, count, status_trials)
+            finally:
+                ours.stop()
+            result.sides["ironlb"].update(side)
+            result.detail["ironlb"]["bgp"] = detail
+    finally:
+        api.close()
+        fib.close()
+
+
+def summarise(
+    args: argparse.Namespace,
+    result: Run,
+    cases: Sequence[conformance.Case],
+    build_s: float,
+    incomplete: str | None,
+    started: float,
+) -> dict[str, Any]:
+    differences = result.differences()
+    compared = len(result.runs.get("ironlb", [])) if "metallb" in result.runs else 0
+    return {
+        "bench": "versus",
+        "quick": args.quick,
+        "incomplete": incomplete,
+        "metallb_version": metallb.VERSION,
+        "metallb_build_s": round(build_s, 1),
+        "nodes": 3,
+        "l2_trials_per_fault": args.trials,
+        "routes_n": args.routes,
+        **side_by_side(result.sides),
+        **conformance.summary(compared, differences),
+        "conformance_case_names": [c.name for c in cases],
+        "conformance_unexplained_lines": [d.line() for d in differences if not d.explained],
+        "conformance_explained_lines": [d.line() for d in differences if d.explained],
+        "detail": result.detail,
+        "phases_s": result.phases,
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="under 5 minutes once built")
+    parser.add_argument("--trials", type=int, default=None, help="L2 trials per fault (10)")
+    parser.add_argument("--status-trials", type=int, default=None, help="status-to-FIB (10)")
+    parser.add_argument("--routes", type=int, default=None, help="routes (10,000)")
+    parser.add_argument("--cases", default="", help="quick, all, or case names (a,b)")
+    args = parser.parse_args(argv)
+    args.trials = args.trials or (1 if args.quick else 10)
+    args.status_trials = args.status_trials or (3 if args.quick else 10)
+    args.routes = args.routes or (1000 if args.quick else 10000)
+    if not 1 <= args.trials <= 100 or not 1 <= args.routes <= 40000:
+        parser.error("--trials must be 1..100 and --routes 1..40000")
+    signal.signal(signal.SIGTERM, _interrupt)
+    result = Run()
+
+    @contextlib.contextmanager
+    def phase(name: str) -> Iterator[None]:
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            result.phases[name] = round(time.monotonic() - began, 1)
+
+    incomplete: str | None = None
+    build_s = 0.0
+    cases: tuple[conformance.Case, ...] = ()
+    started = time.monotonic()
+    try:
+        cases = pick_cases(args.cases, args.quick)
+        began = time.monotonic()
+        metallb.ensure_built()  # before the lab: a cold build is not part of the quick run
+        build_s = time.monotonic() - began
+        with network_lab.exclusive(waiting=say):
+            started = time.monotonic()
+            with network_lab.running(nodes=3) as lab:
+                result.phases["lab_up"] = round(time.monotonic() - started, 1)
+                say(f"lab up in {result.phases['lab_up']} s")
+                run(lab, args, cases, result, phase)
+    except (
+        VersusError,
+        metallb.MetalLBError,
+        bgp.BenchError,
+        network_lab.LabError,
+        AssertionError,
+        KeyboardInterrupt,
+    ) as e:
+        incomplete = f"{type(e).__name__}: {e}"
+        say(f"incomplete: {incomplete}")
+    print(json.dumps(summarise(args, result, cases, build_s, incomplete, started)))
+    return 0 if incomplete is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

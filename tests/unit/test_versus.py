@@ -1,0 +1,82 @@
+"""The side-by-side bench's pure parts: how two systems' figures become one JSON line, which
+conformance cases a run takes, and which differences it counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import versus
+from hack import conformance, conformance_cases
+
+NS = "cf-case"
+
+
+def test_every_figure_of_either_side_gets_both_values_and_their_ratio() -> None:
+    line = versus.side_by_side(
+        {
+            "ironlb": {"l2_kill_median_s": 0.5, "speaker_rss_mb": 80.0},
+            "metallb": {"l2_kill_median_s": 5.0, "bgp_routes_all_s": 2.0},
+        }
+    )
+    assert line == {
+        "bgp_routes_all_s_ironlb": None,
+        "bgp_routes_all_s_metallb": 2.0,
+        "bgp_routes_all_s_ratio": None,
+        "l2_kill_median_s_ironlb": 0.5,
+        "l2_kill_median_s_metallb": 5.0,
+        "l2_kill_median_s_ratio": 0.1,
+        "speaker_rss_mb_ironlb": 80.0,
+        "speaker_rss_mb_metallb": None,
+        "speaker_rss_mb_ratio": None,
+    }
+
+
+@pytest.mark.parametrize(
+    "ironlb, metallb, expected",
+    [(1.0, 4.0, 0.25), (3.0, 1.0, 3.0), (0.0, 2.0, 0.0), (1.0, 0.0, None), (None, 1.0, None)],
+)
+def test_ratio_is_ironlb_over_metallb(
+    ironlb: float | None, metallb: float | None, expected: float | None
+) -> None:
+    assert versus.ratio(ironlb, metallb) == expected
+
+
+def test_l2_figures_give_median_and_worst_per_fault_and_none_for_no_sample() -> None:
+    figures = versus.l2_figures({"kill": [0.3, 0.9, 0.5], "linkcut": [1.2]})
+    assert figures["l2_kill_median_s"] == 0.5
+    assert figures["l2_kill_max_s"] == 0.9
+    assert figures["l2_linkcut_median_s"] == 1.2
+    assert figures["l2_graceful_median_s"] is None
+    assert figures["l2_graceful_max_s"] is None
+
+
+def test_cases_by_default_quick_all_or_named() -> None:
+    assert [c.name for c in versus.pick_cases("", quick=True)] == list(versus.QUICK_CASES)
+    assert versus.pick_cases("", quick=False) == conformance_cases.CASES
+    assert versus.pick_cases("all", quick=True) == conformance_cases.CASES
+    named = versus.pick_cases("request-ip,l2-announce", quick=True)
+    assert [c.name for c in named] == ["request-ip", "l2-announce"]
+    with pytest.raises(versus.VersusError, match="no-such-case"):
+        versus.pick_cases("no-such-case", quick=False)
+
+
+def test_quick_cases_are_cases_of_the_corpus() -> None:
+    names = {c.name for c in conformance_cases.CASES}
+    assert set(versus.QUICK_CASES) <= names
+
+
+def _run(case: str, ip: str) -> conformance.CaseRun:
+    view = conformance.ServiceView(type="LoadBalancer", ingress=(ip,))
+    return conformance.CaseRun(
+        case, (conformance.Observation(case=case, step=0, services={f"{NS}/web": view}),)
+    )
+
+
+def test_differences_only_for_cases_both_systems_ran() -> None:
+    result = versus.Run()
+    result.runs["ironlb"] = [_run("a", "10.0.0.1"), _run("b", "10.0.0.1")]
+    assert result.differences() == []  # MetalLB ran nothing yet
+    result.runs["metallb"] = [_run("a", "10.0.0.2")]
+    [difference] = result.differences()
+    assert difference.case == "a"
+    assert not difference.explained
