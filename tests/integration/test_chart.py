@@ -86,6 +86,15 @@ VARIANTS = {
         "--set=controller.replicas=2",
         "--set=speaker.ignoreExcludeLB=true",
     ],
+    # MetalLB's keys that render objects of their own (a values file of a MetalLB user).
+    "network policies, prometheus rbac": [
+        "--set=networkpolicies.enabled=true",
+        "--set=networkpolicies.defaultDeny=true",
+        "--set=prometheus.rbacPrometheus=true",
+        "--set=prometheus.serviceAccount=prometheus",
+        "--set=prometheus.namespace=monitoring",
+        "--set=controller.revisionHistoryLimit=10",
+    ],
 }
 
 
@@ -304,6 +313,7 @@ def test_workloads_are_locked_down(offline: cs.Tools) -> None:
         "no webhook, no rbac",
         "speaker only, no memberlist",
         "class, seeds, two replicas",
+        "network policies, prometheus rbac",
     ],
 )
 def test_rendered_manifests_pass_server_dry_run(cluster: cs.Tools, variant: str) -> None:
