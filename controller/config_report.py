@@ -5,8 +5,12 @@ moment both pass admission and overlap; an advertisement may name a pool that do
 (allowed on purpose, so a multi-document apply need not be ordered). Every metallb.io object gets
 a `Valid` condition in its status — False with the reason and the message while it has a Problem,
 True once it has none — and a Warning Event when a new Problem appears, so `kubectl describe`
-says what to change. The rest of the configuration keeps working meanwhile (that is the
-allocator's and the speakers' business; this module only reports).
+says what to change. A field the object sets that ironlb accepts but does not honour
+(`ironlb.honouring`) makes it False too, with the reason `NotHonoured` when nothing worse is
+wrong: the object is in use, without that field. An Event is posted once per change of the
+condition, which is the memory: a restarted controller posts nothing again. The rest of the
+configuration keeps working meanwhile (that is the allocator's and the speakers' business; this
+module only reports).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ CONDITION = "Valid"
 REASON_VALID = "Valid"
 REASON_INVALID = "InvalidConfiguration"
 REASON_DANGLING = "DanglingReference"
+REASON_NOT_HONOURED = "NotHonoured"
 EVENT_REASON = "InvalidConfiguration"
 
 ObjectKey = tuple[str, str]  # (kind, name)
@@ -34,24 +39,41 @@ class Verdict:
     message: str
 
 
-def verdicts(objects: Iterable[ObjectKey], problems: Iterable[Problem]) -> dict[ObjectKey, Verdict]:
-    """One verdict per object: its own Problems joined, conflicts before dangling references."""
+def verdicts(
+    objects: Iterable[ObjectKey],
+    problems: Iterable[Problem],
+    not_honoured: Iterable[Problem] = (),
+) -> dict[ObjectKey, Verdict]:
+    """One verdict per object: its own Problems joined, conflicts before dangling references,
+    then the fields it sets that are not honoured (`ironlb.honouring`'s findings)."""
     by_object: dict[ObjectKey, list[Problem]] = {}
     for p in problems:
         by_object.setdefault((p.kind, p.name), []).append(p)
+    notes: dict[ObjectKey, list[Problem]] = {}
+    for p in not_honoured:
+        notes.setdefault((p.kind, p.name), []).append(p)
     out: dict[ObjectKey, Verdict] = {}
     for key in objects:
         found = by_object.get(key, [])
-        if not found:
+        unhonoured = notes.get(key, [])
+        if not found and not unhonoured:
             out[key] = Verdict("True", REASON_VALID, "no problem found with the configuration")
             continue
         hard = [p for p in found if not p.transient]
-        reason = REASON_INVALID if hard else REASON_DANGLING
-        lines = [_line(p) for p in (hard or found)]
-        if hard and len(hard) < len(found):
-            lines += [_line(p) for p in found if p.transient]
-        out[key] = Verdict("False", reason, "; ".join(dict.fromkeys(lines)))
+        if hard:
+            reason = REASON_INVALID
+        elif found:
+            reason = REASON_DANGLING
+        else:
+            reason = REASON_NOT_HONOURED
+        ordered = [*hard, *(p for p in found if p.transient), *unhonoured]
+        out[key] = Verdict("False", reason, "; ".join(dict.fromkeys(_line(p) for p in ordered)))
     return out
+
+
+def event_reason(verdict: Verdict) -> str:
+    """The Warning Event's reason: `NotHonoured` when that is all, else InvalidConfiguration."""
+    return REASON_NOT_HONOURED if verdict.reason == REASON_NOT_HONOURED else EVENT_REASON
 
 
 def _line(p: Problem) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from controller import config_report
-from ironlb import configuration_state, events, model, parsing, validation
+from ironlb import configuration_state, events, honouring, model, parsing, validation
 from ironlb_io import configuration_states, kube
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class Reporter:
             for kind, items in objects.items()
             for o in items
         ]
-        verdicts = config_report.verdicts(keys, found)
+        verdicts = config_report.verdicts(keys, found, honouring.not_honoured(config))
         writes = 0
         if self.may_write():
             # The ConfigurationState `controller`, read again each round (a GET beside the
@@ -105,7 +105,7 @@ class Reporter:
         body = events.body(
             events.involved(obj, f"{model.GROUP}/{version}", kind),
             type="Warning",
-            reason=config_report.EVENT_REASON,
+            reason=config_report.event_reason(verdict),
             message=verdict.message,
             component=COMPONENT,
             instance=self.instance,

@@ -5,8 +5,10 @@ exist now, with the incoming one replacing its namesake) and run the same parse-
 every reconcile. We do the same with `ironlb.parsing` and `ironlb.validation`, and deny only when
 the *incoming* object has a non-transient Problem: a syntax error, an overlap, a conflict. A
 dangling reference is allowed, because objects are applied in any order, and comes back as an
-admission warning so `kubectl apply` shows it. Two more rules are MetalLB's: metallb.io objects
-live in one namespace, and a BFDProfile cannot be deleted while a BGPPeer uses it.
+admission warning so `kubectl apply` shows it; so does every field of the incoming object that
+ironlb accepts but does not honour (`ironlb.honouring`, the list the controller and the speakers
+report too). Two more rules are MetalLB's: metallb.io objects live in one namespace, and a
+BFDProfile cannot be deleted while a BGPPeer uses it.
 
 The decision (`decide`) is a pure function of the AdmissionRequest and the current objects; the
 HTTP layer around it fails closed: anything unexpected (the API unreachable, a bug) denies the
@@ -29,7 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from controller import certs
-from ironlb import model, parsing, validation
+from ironlb import honouring, model, parsing, validation
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +125,7 @@ def decide(request: Mapping[str, Any], current: CurrentObjects, namespace: str) 
 
     errors = [str(p) for p in mine if not p.transient]
     warnings = [str(p) for p in mine if p.transient]
+    warnings += [str(p) for p in validation.about(honouring.not_honoured(config), kind, name)]
     if kind == model.BGP_PEER and _disable_mp(incoming):
         warnings.append(
             f"{kind}/{name}: spec.disableMP is deprecated; use spec.dualStackAddressFamily"

@@ -14,6 +14,12 @@ references MetalLB cannot resolve (a BFDProfile, a password Secret, a community 
 ironlb calls them transient. An advertisement naming a pool or a peer that does not exist is no
 error in MetalLB (it selects nothing) and is none here; it is reported on the advertisement's
 own `Valid` condition (`controller.config_report`).
+
+A field that is accepted but not honoured (`ironlb.honouring`) is no error either: MetalLB's
+`result: Invalid` means the configuration was refused and the last good one is still in use,
+which checks and alerts written for MetalLB rely on, while ironlb runs this configuration
+without that field. A speaker says it in a condition of ironlb's own beside MetalLB's,
+`Honoured` (`False`/`NotHonoured`, one line per object and field), like `DataPathReady`.
 """
 
 from __future__ import annotations
@@ -32,6 +38,12 @@ REASON_OK = "Reconciled"
 REASON_CONFIG = "ConfigurationError"
 REASON_UNKNOWN = "UnknownError"
 VALID, INVALID, UNKNOWN = "Valid", "Invalid", "Unknown"
+HONOURED_CONDITION = "Honoured"
+REASON_HONOURED = "Honoured"
+REASON_NOT_HONOURED = "NotHonoured"
+# A condition message stays readable (and far below the CRD's 32768 characters): a node whose
+# routes all overflow must not write thousands of lines.
+MAX_HONOURED_LINES = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +98,17 @@ def verdict(problems: Iterable[Problem]) -> Verdict:
     if hard:
         return Verdict("False", REASON_CONFIG, "; ".join(dict.fromkeys(hard)))
     return Verdict("True", REASON_OK, "")
+
+
+def honoured(findings: Iterable[Problem]) -> Verdict:
+    """The `Honoured` condition: True, or False with each finding (at most MAX_HONOURED_LINES)."""
+    lines = list(dict.fromkeys(str(p) for p in findings))
+    if not lines:
+        return Verdict("True", REASON_HONOURED, "every field set is honoured")
+    shown = lines[:MAX_HONOURED_LINES]
+    if len(lines) > len(shown):
+        shown.append(f"and {len(lines) - len(shown)} more")
+    return Verdict("False", REASON_NOT_HONOURED, "; ".join(shown))
 
 
 def summary(conditions: Sequence[Mapping[str, Any]]) -> tuple[str, str]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from prometheus_client import parser as prom_parser
 
-from ironlb import addresses, model, parsing, selectors, services, validation
+from ironlb import addresses, honouring, model, parsing, selectors, services, validation
 from ironlb import annotations as keys
 from ironlb_cli import readers
 
@@ -160,7 +160,7 @@ class View:
     services: tuple[ServiceView, ...]
     sessions: tuple[SessionView, ...]
     nodes: tuple[NodeView, ...]
-    problems: tuple[str, ...]  # configuration problems, and scrapes that fit no node
+    problems: tuple[str, ...]  # configuration problems, fields not honoured, unmatched scrapes
     scrapes: tuple[ScrapeView, ...]
 
 
@@ -288,6 +288,8 @@ def _config(inputs: Inputs) -> tuple[model.Config, list[str]]:
     found = validation.order([*problems, *validation.validate(config)])
     if inputs.secret_names is None:
         found = [p for p in found if not p.field.startswith("spec.passwordSecret")]
+    # Then what is accepted but not honoured: the same list the webhook warns with.
+    found += honouring.not_honoured(config)
     return config, [str(p) for p in found]
 
 

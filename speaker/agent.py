@@ -14,7 +14,10 @@ Start-up order, and why:
 4. the status writer converges our status objects on what the latest pass wanted, several
    requests at a time, apart from the loop: announcing never waits for the API server; so does
    the ConfigurationState writer, for our `speaker-<node>` object, when the pass's
-   configuration problems change.
+   configuration problems change, or what it does not honour (`ironlb.honouring`'s findings and
+   this node's own, such as a password Secret too long for TCP MD5): those are our `Honoured`
+   condition, and each of this node's own gets a Warning Event on the object it is about (the
+   controller posts the configuration's findings, once for every node).
 On SIGTERM: leave membership first (the others take over at once), stop answering, close the BGP
 sessions (a Cease: the peer drops our routes at once; a graceful-restart peer keeps them for the
 next speaker), then exit.
@@ -41,7 +44,16 @@ import prometheus_client
 from prometheus_client import registry as prom_registry
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from ironlb import addresses, backoff, configuration_state, datapath, events, model, services
+from ironlb import (
+    addresses,
+    backoff,
+    configuration_state,
+    datapath,
+    events,
+    honouring,
+    model,
+    services,
+)
 from ironlb import annotations as keys
 from ironlb.problems import Problem
 from ironlb_io import configuration_states, kube, watching
@@ -135,7 +147,11 @@ class Layer2(Protocol):
 
 
 class BGP(Protocol):
-    """What the agent needs from the BGP data plane: returns Service key -> peers reached."""
+    """What the agent needs from the BGP data plane: `apply` returns Service key -> peers
+    reached; `problems` are what the latest `apply` could not honour on this node."""
+
+    @property
+    def problems(self) -> Sequence[Problem]: ...
 
     async def apply(
         self,
@@ -222,6 +238,12 @@ class Agent:
     _conflict_condition: configuration_state.Verdict = field(
         default_factory=lambda: configuration_state.Verdict("False", "NoConflict", "")
     )
+    # What is not honoured: the configuration's findings (worked out again only when the
+    # configuration is a new one), this node's own reported so far, and our condition.
+    _findings_of: model.Config | None = None
+    _findings: list[Problem] = field(default_factory=list)
+    _own_findings: frozenset[Problem] = frozenset()
+    _honoured: configuration_state.Verdict | None = None
 
     def __post_init__(self) -> None:
         self.store.status_node = self.options.node_name
@@ -378,6 +400,7 @@ class Agent:
                 snap.config, snap.nodes.get(me), bgp_plan, self.passwords
             )
         self._account(l2, bgp_plan, reached, snap)
+        self._judge_honoured(snap.config)
         self._judge_datapath(snap)
         self._explained = explaining.Seen(
             {s.key: s for s in snap.services},
@@ -399,6 +422,54 @@ class Agent:
             model.SERVICE_BGP_STATUS: status.wanted_bgp(me, reached),
         }
         self._status_dirty.set()
+
+    def _judge_honoured(self, config: model.Config) -> None:
+        """Our `Honoured` condition, from the configuration's findings and this node's own;
+        each of this node's own gets one Warning Event when it appears (not on every pass)."""
+        if config is not self._findings_of:
+            self._findings_of = config
+            found = honouring.not_honoured(config)
+            if found != self._findings:
+                for p in found:
+                    log.warning("configuration not honoured", extra={"problem": str(p)})
+            self._findings = found
+        own = self.bgp.problems if self.bgp is not None else ()
+        findings = honouring.on_node(self._findings, own, self._state_problems or ())
+        configured = set(self._findings)
+        mine = frozenset(p for p in findings if p not in configured)
+        for p in sorted(mine - self._own_findings, key=str):
+            self._post_not_honoured(p)
+        self._own_findings = mine
+        verdict = configuration_state.honoured(findings)
+        if verdict != self._honoured:
+            self._honoured = verdict
+            self._state_dirty.set()
+
+    def _post_not_honoured(self, finding: Problem) -> None:
+        if finding.kind not in model.CONFIG_KINDS:
+            return
+        about = next(
+            (
+                o
+                for o in self.store.config.get(finding.kind, {}).values()
+                if (o.get("metadata") or {}).get("name") == finding.name
+            ),
+            None,
+        )
+        if about is None:
+            return
+        where = f"{finding.field}: " if finding.field else ""
+        self._post_soon(
+            _event_body(
+                about,
+                configuration_state.REASON_NOT_HONOURED,
+                f'on node "{self.options.node_name}": {where}{finding.message}',
+                self.options.node_name,
+                kind=finding.kind,
+                api_version=f"{model.GROUP}/{model.RESOURCES[finding.kind][1][-1]}",
+                warning=True,
+            )
+        )
 
     def _node_ip(self) -> str | None:
         found = snapshot.internal_ips(self.store.node(self.options.node_name))
@@ -775,6 +846,8 @@ class Agent:
                 extra[datapath.CONFLICT_CONDITION_TYPE] = self._conflict_condition
             if self._datapath is not None:
                 extra[datapath.CONDITION_TYPE] = self._datapath
+            if self._honoured is not None:
+                extra[configuration_state.HONOURED_CONDITION] = self._honoured
             if await self.state.sync(self._state_problems, refresh=refresh, extra=extra):
                 wait.reset()
             else:
@@ -899,10 +972,11 @@ def _event_body(
     node: str,
     *,
     kind: str = "Service",
+    api_version: str = "v1",
     warning: bool = False,
 ) -> dict[str, Any]:
     body = events.body(
-        events.involved(about, "v1", kind),
+        events.involved(about, api_version, kind),
         type="Warning" if warning else "Normal",
         reason=reason,
         message=message,

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from prometheus_client import registry as prom_registry
 
 from ironlb import model
+from ironlb.problems import Problem
 from speaker import bgp_intent, desired
 from speaker.bgp import exabgp, routes, speaking
 from speaker.bgp import metrics as bgp_metrics
@@ -39,6 +40,8 @@ class BGPApplier:
         self.speaker = speaking.Speaker(exabgp.Options(node_name=node_name))
         registry.register(bgp_metrics.Collector(self.speaker))
         self._problems: tuple[str, ...] = ()
+        # What the latest pass could not honour on this node (the agent reports it).
+        self.problems: tuple[Problem, ...] = ()
 
     async def apply(
         self,
@@ -57,7 +60,8 @@ class BGPApplier:
         # The agent's bookkeeping after this (logs, metrics, Events, status wishes: ~1 s at
         # 10,000 Services) would otherwise run before ExaBGP hears of the first route.
         await self.speaker.handed_over(HANDOVER_WAIT_S)
-        text = tuple(str(p) for p in problems)
+        self.problems = tuple(dict.fromkeys(problems))
+        text = tuple(str(p) for p in self.problems)
         if text != self._problems:
             for line in text:
                 log.warning("bgp problem", extra={"problem": line})

@@ -3,7 +3,10 @@
 `sessions` picks the BGPPeers whose nodeSelectors match this node and turns each into a
 `peers.Peer` (password from the Secret when `passwordSecret` is used, BFD timers from the
 profile); `announcements` resolves each announced Service's advertisements (community aliases
-included) per address. Anything that cannot be honoured is a Problem, never an exception.
+included) per address. Anything that cannot be honoured is a Problem, never an exception: the
+fields a session is made without are `ironlb.honouring`'s findings (the same list the webhook,
+the controller and the ConfigurationState show), plus what only this node knows (a password
+Secret's content).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ironlb import model, selectors
+from ironlb import honouring, model, selectors
 from ironlb.problems import Problem
 from speaker import desired
 from speaker.bgp import peers, routes
@@ -55,6 +58,9 @@ def session_for(
                 f"Secret {peer.password_secret!r} is missing or has no `password` key",
             )
         password = secret
+        too_long = honouring.password_finding(peer.name, "spec.passwordSecret", password)
+        if too_long is not None:
+            return too_long
     profile = None
     if peer.bfd_profile:
         profile = config.bfd_profile(peer.bfd_profile)
@@ -99,59 +105,16 @@ def sessions(
     for peer in config.bgp_peers:
         if not selectors.any_matches(peer.node_selectors, labels):
             continue
+        findings = honouring.session_findings(peer, config)
+        found.extend(findings)
+        if any(honouring.blocks_session(f) for f in findings):
+            continue  # said by the finding: no session
         session = session_for(peer, config, passwords)
         if isinstance(session, Problem):
             found.append(session)
         else:
             out.append(session)
-            found.extend(unsupported(peer, config))
     return out, found
-
-
-def unsupported(peer: model.BGPPeer, config: model.Config) -> list[Problem]:
-    """Fields the session is made without, said out loud rather than silently dropped."""
-    found: list[Problem] = []
-
-    def note(kind: str, name: str, field: str, message: str) -> None:
-        found.append(Problem(kind, name, field, message))
-
-    if peer.vrf:
-        note(
-            model.BGP_PEER,
-            peer.name,
-            "spec.vrf",
-            "VRFs are not supported; the peer is reached through the default routing table",
-        )
-    if peer.local_asn:
-        note(
-            model.BGP_PEER,
-            peer.name,
-            "spec.localASN",
-            f"localASN is not supported; the session uses myASN {peer.my_asn}",
-        )
-    if peer.connect_time is not None:
-        note(
-            model.BGP_PEER,
-            peer.name,
-            "spec.connectTime",
-            "connectTime is not honoured; ExaBGP retries a failed connection on its own schedule",
-        )
-    profile = config.bfd_profile(peer.bfd_profile) if peer.bfd_profile else None
-    if profile is not None and (profile.echo_mode or profile.echo_interval is not None):
-        note(
-            model.BFD_PROFILE,
-            profile.name,
-            "spec.echoMode",
-            "BFD echo mode is not implemented; control packets alone detect failures",
-        )
-    if profile is not None and profile.minimum_ttl is not None:
-        note(
-            model.BFD_PROFILE,
-            profile.name,
-            "spec.minimumTtl",
-            "minimumTtl is not applied: sessions are single-hop and accept TTL 255 only (RFC 5881)",
-        )
-    return found
 
 
 def advertisement(config: model.Config, ad: model.BGPAdvertisement) -> routes.Advertisement:

@@ -24,7 +24,8 @@ DEFAULT_PORT = 179
 DEFAULT_HOLD_TIME = 90
 # FRR's default restart time, which MetalLB relies on when enableGracefulRestart is set.
 GRACEFUL_RESTART_TIME = 120
-# TCP_MD5SIG_MAXKEYLEN; ExaBGP refuses longer keys and would not start at all.
+# TCP_MD5SIG_MAXKEYLEN; ExaBGP refuses longer keys and would not start at all (the same limit
+# as ironlb.honouring's, which reports it before a session is asked for).
 MAX_PASSWORD_BYTES = 80
 
 # RFC 5880 leaves these to the implementation; FRR's bfdd defaults, which MetalLB documents.
@@ -135,8 +136,10 @@ def router_id(peer: Peer, node_name: str) -> ipaddress.IPv4Address:
 
 
 def check(peer: Peer) -> list[problems.Problem]:
-    """What this peer asks for that ExaBGP cannot do (the session is still made without it),
-    or that would stop ExaBGP from starting (`fatal`)."""
+    """What would stop ExaBGP from starting for this peer: no session is made while any.
+
+    (What a session is made without, a keepaliveTime apart from hold / 3 for one, is
+    `ironlb.honouring`'s business: it reads the metallb.io model, which this module does not.)"""
     found: list[problems.Problem] = []
 
     def note(field_name: str, message: str) -> None:
@@ -144,23 +147,10 @@ def check(peer: Peer) -> list[problems.Problem]:
 
     hold = peer.effective_hold_time
     if hold != 0 and hold < 3:
-        note("holdTime", f"hold time {hold}s must be 0 or at least 3s")
-    if peer.keepalive_time is not None and hold and peer.keepalive_time * 3 != hold:
-        note(
-            "keepaliveTime",
-            f"ExaBGP sends keepalives every hold time / 3 ({hold / 3:g}s); "
-            f"keepaliveTime {peer.keepalive_time}s is not honoured",
-        )
+        note("spec.holdTime", f"hold time {hold}s must be 0 or at least 3s")
     if len(peer.password.encode()) > MAX_PASSWORD_BYTES:
-        note("password", f"TCP MD5 keys are at most {MAX_PASSWORD_BYTES} bytes")
-    if peer.is_ibgp and peer.ebgp_multi_hop:
-        note("ebgpMultiHop", "ebgpMultiHop is meaningless for an iBGP session")
+        note("spec.password", f"TCP MD5 keys are at most {MAX_PASSWORD_BYTES} bytes")
     return found
-
-
-def fatal(peer: Peer) -> list[problems.Problem]:
-    """The subset of `check` that makes the session impossible (nothing is started)."""
-    return [p for p in check(peer) if p.field in ("holdTime", "password")]
 
 
 class Farewell(enum.Enum):

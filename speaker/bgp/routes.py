@@ -27,7 +27,8 @@ Prefix = ipaddress.IPv4Network | ipaddress.IPv6Network
 PeerName = str
 
 # MetalLB refuses an advertisement with more (native, FRR and frr-k8s backends alike, legacy and
-# large communities counted together).
+# large communities counted together). ironlb.honouring reports one advertisement over it; only
+# here are several advertisements' communities merged onto one route.
 MAX_COMMUNITIES = 63
 
 
@@ -177,6 +178,7 @@ def desired(
             merged[prefix] = merging
         routes: dict[Prefix, RouteAttributes] = {}
         built: dict[int, RouteAttributes] = {}
+        crowded: list[tuple[Prefix, int]] = []
         for prefix, how in merged.items():
             if isinstance(how, _Merge):
                 attrs = _attributes(how, peer)
@@ -185,24 +187,32 @@ def desired(
             else:
                 attrs = built[id(how)] = _attributes(_merged(how), peer)
             if attrs.community_count > MAX_COMMUNITIES:
-                found.append(
-                    problems.Problem(
-                        "BGPPeer",
-                        peer.name,
-                        "communities",
-                        f"{prefix}: max supported communities is {MAX_COMMUNITIES}, "
-                        f"got {attrs.community_count}; not announced to this peer",
-                    )
-                )
+                crowded.append((prefix, attrs.community_count))
                 continue
             routes[prefix] = attrs
         result[peer.name] = routes
+        if crowded:
+            # One Problem per peer, not per route: 10,000 routes of one advertisement would
+            # otherwise be 10,000 lines in the log and in the ConfigurationState.
+            prefix, count = min(
+                crowded, key=lambda c: (c[0].version, int(c[0].network_address), c[0].prefixlen)
+            )
+            found.append(
+                problems.Problem(
+                    "BGPPeer",
+                    peer.name,
+                    "",
+                    f"{len(crowded)} route(s) would carry more than {MAX_COMMUNITIES} "
+                    f"communities (e.g. {prefix}: {count}, from the spec.communities of its "
+                    "BGPAdvertisements); not announced to this peer",
+                )
+            )
         for version in sorted(unreachable):
             found.append(
                 problems.Problem(
                     "BGPPeer",
                     peer.name,
-                    "dualStackAddressFamily",
+                    "spec.dualStackAddressFamily",
                     f"no IPv{version} next hop known for this IPv{peer.family} session; "
                     f"IPv{version} routes are not announced to it",
                 )

@@ -396,7 +396,7 @@ class Speaker:
         for peer in wanted:
             issues = peers.check(peer)
             found += issues
-            if peers.fatal(peer):
+            if issues:
                 continue
             by_name[peer.name] = peer
         stopping = [r for name, r in self._runners.items() if name not in by_name]

@@ -101,3 +101,56 @@ def test_conflicts_and_dangling_references_are_reported_and_heal(
     round_once(kubeconfig)
     assert condition(custom, "ipaddresspools", "report-a")["status"] == "True"
     assert condition(custom, "l2advertisements", "report-l2")["status"] == "True"
+
+
+def test_a_field_not_honoured_is_reported_on_the_object_once(
+    kubeconfig: str,
+    custom: kubernetes.client.CustomObjectsApi,
+    kube_api: kubernetes.client.ApiClient,
+) -> None:
+    """A BGPPeer with a VRF: Valid False / NotHonoured naming the field, one Warning Event
+    NotHonoured, nothing written again while nothing changes; the field gone, Valid again."""
+    body = {
+        "apiVersion": "metallb.io/v1beta2",
+        "kind": "BGPPeer",
+        "metadata": {"name": "report-vrf", "namespace": METALLB_NAMESPACE},
+        "spec": {"myASN": 64500, "peerASN": 64501, "peerAddress": "198.18.203.1", "vrf": "red"},
+    }
+    custom.create_namespaced_custom_object(GROUP, "v1beta2", METALLB_NAMESPACE, "bgppeers", body)
+    try:
+        assert round_once(kubeconfig) > 0
+        found = condition(custom, "bgppeers", "report-vrf")
+        assert (found["status"], found["reason"]) == ("False", "NotHonoured")
+        assert found["message"].startswith("spec.vrf: not honoured: "), found["message"]
+        core = kubernetes.client.CoreV1Api(kube_api)
+
+        def events() -> list[Any]:
+            listed = core.list_namespaced_event(
+                METALLB_NAMESPACE, field_selector="involvedObject.name=report-vrf"
+            )
+            return list(listed.items)
+
+        (event,) = events()
+        assert (event.type, event.reason) == ("Warning", "NotHonoured")
+        assert event.involved_object.kind == "BGPPeer" and "spec.vrf" in event.message
+
+        # Settled: no write, no second Event.
+        assert round_once(kubeconfig) == 0
+        assert len(events()) == 1
+
+        # The field removed: honoured, Valid again.
+        custom.patch_namespaced_custom_object(
+            GROUP,
+            "v1beta2",
+            METALLB_NAMESPACE,
+            "bgppeers",
+            "report-vrf",
+            {"spec": {"vrf": None}},  # a merge patch: null removes the field
+        )
+        round_once(kubeconfig)
+        healed = condition(custom, "bgppeers", "report-vrf")
+        assert (healed["status"], healed["reason"]) == ("True", "Valid")
+    finally:
+        custom.delete_namespaced_custom_object(
+            GROUP, "v1beta2", METALLB_NAMESPACE, "bgppeers", "report-vrf"
+        )

@@ -199,3 +199,56 @@ def test_valid_invalid_and_back_written_only_on_change(
     # Deleted by someone: the controller puts its object back.
     custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "controller")
     wait_result(custom, ns, "controller", "Valid", logs)
+
+
+def test_a_field_not_honoured_is_the_speakers_honoured_condition_not_invalid(
+    processes: tuple[support.Controller, Speaker],
+    custom: kubernetes.client.CustomObjectsApi,
+    test_namespace: str,
+) -> None:
+    """A BGPPeer with a VRF: `speaker-<node>` says so in its `Honoured` condition, naming the
+    object and the field, while `result` stays Valid (the configuration is in use without it);
+    the field gone, Honoured again."""
+    controller, speaker = processes
+    ns = test_namespace
+    me = f"speaker-{NODE}"
+
+    def logs() -> str:
+        return f"controller log:\n{controller.tail()}\nspeaker log:\n{speaker.output()}"
+
+    def honoured(status: str) -> Callable[[], dict[str, Any] | None]:
+        def probe() -> dict[str, Any] | None:
+            found = state(custom, ns, me)
+            conditions = ((found or {}).get("status") or {}).get("conditions") or []
+            mine = [c for c in conditions if c.get("type") == "Honoured"]
+            return found if mine and mine[0]["status"] == status else None
+
+        return probe
+
+    wait_result(custom, ns, me, "Valid", logs)
+    custom.create_namespaced_custom_object(
+        GROUP,
+        "v1beta2",
+        ns,
+        "bgppeers",
+        {
+            "apiVersion": f"{GROUP}/v1beta2",
+            "kind": "BGPPeer",
+            "metadata": {"name": "red", "namespace": ns},
+            "spec": {"myASN": 64500, "peerASN": 64501, "peerAddress": "192.0.2.1", "vrf": "red"},
+        },
+    )
+    try:
+        found = support.wait_for("Honoured False", honoured("False"), timeout=60.0)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{logs()}") from None
+    condition = of_type(found, "Honoured")
+    assert condition["reason"] == "NotHonoured"
+    assert condition["message"].startswith("BGPPeer/red: spec.vrf: not honoured: ")
+    assert found["status"]["result"] == "Valid" and found["status"].get("errorSummary", "") == ""
+    assert of_type(found, "configReconcilerValid")["status"] == "True"
+    assert speaker.logged("configuration not honoured"), "and the log says it too"
+
+    custom.delete_namespaced_custom_object(GROUP, "v1beta2", ns, "bgppeers", "red")
+    healed = support.wait_for("Honoured True", honoured("True"), timeout=60.0)
+    assert of_type(healed, "Honoured")["reason"] == "Honoured"

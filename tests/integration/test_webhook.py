@@ -213,6 +213,43 @@ def test_apiserver_accepts_a_dangling_reference_with_a_warning(
     kubectl("get", "l2advertisements.metallb.io", "l2", "-n", test_namespace)
 
 
+def test_apiserver_accepts_a_field_not_honoured_with_a_warning(
+    registered_webhook: webhook.WebhookServer, test_namespace: str, kubectl: Kubectl
+) -> None:
+    """`kubectl` prints what ironlb does not honour, one warning per field, and the object is
+    created (both BGPPeer versions go through the same webhook)."""
+    spec = {"myASN": 64500, "peerASN": 64501, "peerAddress": "192.0.2.1"}
+    result = apply(
+        kubectl,
+        manifest("BGPPeer", "vrf-peer", test_namespace, {**spec, "vrf": "red", "localASN": 65001}),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Warning: BGPPeer/vrf-peer: spec.localASN: not honoured: " in result.stderr
+    assert "Warning: BGPPeer/vrf-peer: spec.vrf: not honoured: " in result.stderr
+    old = yaml.safe_load(
+        manifest(
+            "BGPPeer",
+            "old-peer",
+            test_namespace,
+            {**spec, "routerID": "fd00::7", "ebgpMultiHop": True},
+        )
+    )
+    old["apiVersion"] = "metallb.io/v1beta1"
+    result = apply(kubectl, yaml.safe_dump(old))
+    assert result.returncode == 0, result.stderr
+    assert "Warning: BGPPeer/old-peer: spec.routerID: not honoured: " in result.stderr
+    profile = apply(kubectl, manifest("BFDProfile", "echo", test_namespace, {"echoMode": True}))
+    assert profile.returncode == 0, profile.stderr
+    assert "Warning: BFDProfile/echo: spec.echoMode: not honoured: " in profile.stderr
+    honoured = apply(
+        kubectl, manifest("BGPPeer", "plain", test_namespace, {**spec, "peerPort": 1179})
+    )
+    assert honoured.returncode == 0 and "not honoured" not in honoured.stderr, honoured.stderr
+    for kind, name in (("bgppeers", "vrf-peer"), ("bgppeers", "old-peer"), ("bgppeers", "plain")):
+        kubectl("delete", f"{kind}.metallb.io", name, "-n", test_namespace)
+    kubectl("delete", "bfdprofiles.metallb.io", "echo", "-n", test_namespace)
+
+
 def test_apiserver_rejects_deleting_a_used_bfd_profile(
     registered_webhook: webhook.WebhookServer, test_namespace: str, kubectl: Kubectl
 ) -> None:

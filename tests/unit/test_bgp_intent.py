@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import ipaddress
 
-from ironlb import model, selectors
+import pytest
+
+from ironlb import honouring, model, parsing, selectors, validation
 from speaker import bgp_intent, desired
+from speaker.bgp import peers, rendering
 
 NODE = desired.Node("n1", (("rack", "a"),), False)
 
@@ -108,3 +111,143 @@ def test_announcements_per_address_and_reach_per_service() -> None:
     assert first.advertisements[0].local_pref == 200
     assert first.advertisements == second.advertisements
     assert third.advertisements[0].peers == frozenset()
+
+
+# --- from the API object to ExaBGP: what is honoured, and what makes no session ------------------
+
+
+def parsed(*objects: dict[str, object]) -> model.Config:
+    by_kind: dict[str, list[object]] = {}
+    for obj in objects:
+        by_kind.setdefault(str(obj["kind"]), []).append(obj)
+    config, problems = parsing.parse_config(by_kind)
+    assert problems == [] and validation.validate(config) == []
+    return config
+
+
+def api(kind: str, name: str, **spec: object) -> dict[str, object]:
+    version = "v1beta2" if kind == model.BGP_PEER else "v1beta1"
+    return {
+        "apiVersion": f"metallb.io/{version}",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "metallb-system"},
+        "spec": spec,
+    }
+
+
+BASE = {"myASN": 64512, "peerASN": 64500, "peerAddress": "10.250.0.1"}
+
+
+def test_every_honoured_peer_field_reaches_the_session_and_exabgp() -> None:
+    config = parsed(
+        api(
+            model.BGP_PEER,
+            "tor",
+            **BASE,
+            sourceAddress="10.250.0.11",
+            peerPort=1179,
+            holdTime="30s",
+            keepaliveTime="10s",
+            routerID="192.0.2.7",
+            password="s3cret",
+            bfdProfile="fast",
+            enableGracefulRestart=True,
+            disableMP=True,
+        ),
+        api(
+            model.BFD_PROFILE,
+            "fast",
+            receiveInterval=100,
+            transmitInterval=200,
+            detectMultiplier=5,
+            passiveMode=True,
+        ),
+    )
+    assert honouring.not_honoured(config) == [], "nothing of it goes unhonoured"
+    (session,), found = bgp_intent.sessions(config, NODE, {})
+    assert found == []
+    assert (session.my_asn, session.peer_asn, session.peer_port) == (64512, 64500, 1179)
+    assert (str(session.peer_address), str(session.source_address)) == ("10.250.0.1", "10.250.0.11")
+    assert (session.hold_time, session.keepalive_time) == (30, 10)
+    assert str(session.router_id) == "192.0.2.7" and session.password == "s3cret"
+    assert session.graceful_restart and session.families == (4,)
+    assert session.bfd == peers.BFDSettings(100, 200, 5, passive=True)
+    text = rendering.config(session, ("/usr/bin/python3",), "node1")
+    for line in (
+        "neighbor 10.250.0.1 {",
+        "router-id 192.0.2.7;",
+        "local-address 10.250.0.11;",
+        "local-as 64512;",
+        "peer-as 64500;",
+        "connect 1179;",
+        "hold-time 30;",
+        "outgoing-ttl 1;",
+        "md5-password",
+        "graceful-restart 120;",
+    ):
+        assert line in text, line
+
+
+def test_dynamic_asn_multihop_and_the_password_secret_by_name_in_our_namespace() -> None:
+    internal = api(
+        model.BGP_PEER,
+        "in",
+        myASN=64512,
+        dynamicASN="internal",
+        peerAddress="10.250.0.1",
+        passwordSecret={"name": "md5", "namespace": "elsewhere"},
+    )
+    external = api(
+        model.BGP_PEER,
+        "ex",
+        myASN=64512,
+        dynamicASN="external",
+        peerAddress="10.250.0.2",
+        ebgpMultiHop=True,
+    )
+    secret = {"kind": "Secret", "metadata": {"name": "md5"}}
+    config = parsed(internal, external, secret)
+    sessions, found = bgp_intent.sessions(config, NODE, {"md5": "from-the-secret"})
+    assert found == []
+    by_name = {s.name: s for s in sessions}
+    assert by_name["in"].peer_asn == 64512 and by_name["in"].is_ibgp
+    assert by_name["in"].password == "from-the-secret", "namespace ignored, as in MetalLB"
+    assert by_name["ex"].peer_asn is None and by_name["ex"].ebgp_multi_hop
+    text = rendering.config(by_name["ex"], ("/usr/bin/python3",), "n")
+    assert "peer-as auto;" in text and "outgoing-ttl 255;" in text
+
+
+def test_a_lone_hold_time_is_honoured_with_its_keepalive() -> None:
+    # 10s / 3 is no whole second: the session's rounded keepalive is no finding.
+    config = parsed(api(model.BGP_PEER, "tor", **BASE, holdTime="10s"))
+    (session,), found = bgp_intent.sessions(config, NODE, {})
+    assert found == [] and session.effective_hold_time == 10
+
+
+@pytest.mark.parametrize(
+    ("spec", "passwords", "field"),
+    [
+        pytest.param(
+            {"myASN": 64512, "dynamicASN": "internal", "interface": "eth1"},
+            {},
+            "spec.interface",
+            id="unnumbered",
+        ),
+        pytest.param({**BASE, "sourceAddress": "fd00::1"}, {}, "spec.sourceAddress", id="family"),
+        pytest.param({**BASE, "password": "é" * 41}, {}, "spec.password", id="password-82-bytes"),
+        pytest.param(
+            {**BASE, "passwordSecret": {"name": "md5"}},
+            {"md5": "x" * 81},
+            "spec.passwordSecret",
+            id="secret-password-81-bytes",
+        ),
+    ],
+)
+def test_what_makes_no_session_is_said_once(
+    spec: dict[str, object], passwords: dict[str, str], field: str
+) -> None:
+    secret = {"kind": "Secret", "metadata": {"name": "md5"}}
+    config = parsed(api(model.BGP_PEER, "tor", **spec), secret)
+    sessions, found = bgp_intent.sessions(config, NODE, passwords)
+    assert sessions == []
+    assert [(p.field, p.message.startswith(honouring.PREFIX)) for p in found] == [(field, True)]

@@ -183,7 +183,7 @@ def test_dual_stack_without_next_hop_is_a_problem() -> None:
     dual = peer("dual", dual_stack=True)
     result = routes.desired([announce("fd00:252::1"), announce("10.20.30.1")], [dual])
     assert result.routes == {"dual": {net("10.20.30.1/32"): attrs()}}
-    assert [(p.name, p.field) for p in result.problems] == [("dual", "dualStackAddressFamily")]
+    assert [(p.name, p.field) for p in result.problems] == [("dual", "spec.dualStackAddressFamily")]
 
 
 def test_sixty_three_communities_is_the_limit() -> None:

@@ -363,7 +363,7 @@ async def test_peer_changes_leave_other_sessions_alone(fakes: Fakes) -> None:
 async def test_fatal_peer_problems_start_nothing(fakes: Fakes) -> None:
     speaker = make_speaker(fakes)
     found = await speaker.set_peers([peer(hold_time=2)])
-    assert [p.field for p in found] == ["holdTime"]
+    assert [p.field for p in found] == ["spec.holdTime"]
     assert speaker.session_states() == {} and fakes == []
     await speaker.close()
 

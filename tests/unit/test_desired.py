@@ -474,6 +474,40 @@ def test_bgp_conflicting_local_pref_with_service_selectors() -> None:
     assert desired.bgp_plan(snap, model.NodeName("iris1")).mine
 
 
+def test_advertisements_select_pools_by_name_or_by_label() -> None:
+    """ipAddressPools OR ipAddressPoolSelectors, in both modes (MetalLB's rule): an address of
+    a pool the advertisement does not select is not announced by it."""
+    tiered = model.IPAddressPool(
+        name=model.PoolName("tiered"),
+        addresses=(addresses.AddressRange(4, int(ip("10.9.0.0")), int(ip("10.9.0.255"))),),
+        labels=(("tier", "gold"),),
+    )
+    pools = (POOL, tiered)
+    services = [svc(endpoints=[ep("iris1")]), svc("10.9.0.1", name="gold", endpoints=[ep("iris1")])]
+    by_name = {"ip_address_pools": (model.PoolName("pool"),)}
+    by_label = {"ip_address_pool_selectors": (sel(tier="gold"),)}
+    for fields, wanted in (
+        (by_name, {"ns/svc"}),
+        (by_label, {"ns/gold"}),
+        ({**by_name, **by_label}, {"ns/svc", "ns/gold"}),
+    ):
+        l2 = snapshot(services, l2=[l2ad(**fields)], pools=pools)
+        l2_announced = {
+            s for n in l2.nodes for e in desired.l2_plan(l2, n).mine for s in e.services
+        }
+        assert l2_announced == wanted
+        bgp = bgp_snap(services, bgp=[bgpad(**fields)], pools=pools)
+        assert {s.service for s in desired.bgp_plan(bgp, model.NodeName("iris1")).mine} == wanted
+
+
+def test_bgp_service_selectors() -> None:
+    ad = bgpad(service_selectors=(sel(app="foo"),))
+    chosen = svc(endpoints=[ep("iris1")], labels={"app": "foo"})
+    other = svc("10.20.30.2", name="other", endpoints=[ep("iris1")], labels={"app": "bar"})
+    plan = desired.bgp_plan(bgp_snap([chosen, other], bgp=[ad]), model.NodeName("iris1"))
+    assert [s.service for s in plan.mine] == ["ns/svc"]
+
+
 def test_bgp_and_l2_are_independent() -> None:
     snap = snapshot([svc(endpoints=[ep("iris1")])], bgp=[bgpad()])
     assert desired.bgp_plan(snap, model.NodeName("iris1")).mine

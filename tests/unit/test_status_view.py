@@ -439,6 +439,13 @@ def test_a_password_secret_is_judged_only_when_secret_names_were_read() -> None:
     assert not view(config=config, secret_names=frozenset({"bgp-pass"})).problems
 
 
+def test_fields_not_honoured_are_listed_with_the_problems() -> None:
+    config = {"BGPPeer": [peer("tor", "10.0.0.1", vrf="red")]}
+    (line,) = view(config=config).problems
+    assert line.startswith("BGPPeer/tor: spec.vrf: not honoured: ")
+    assert line in render.text(view(config=config))
+
+
 # --- the JSON document and its schema -----------------------------------------------------------
 
 
