@@ -504,6 +504,16 @@ class Cluster:
         returns once it is ready."""
         self._start_apiserver()
 
+    def restart_controllers(self) -> None:
+        """kube-controller-manager and kube-scheduler stopped and started again (a repair after
+        an apiserver outage, when one of their informers has not come back)."""
+        pids = self.running_pids()
+        for name in ("kube-scheduler", "kube-controller-manager"):
+            pid = pids.get(name)
+            if pid is not None:
+                processes.stop_pids([pid], group=True, timeout=STOP_TIMEOUT_S)
+        self._start_controllers()
+
     def _start_controllers(self) -> None:
         """kube-controller-manager and kube-scheduler, each serving /healthz on its own port
         (self-signed: they make their own serving certificates), as the cluster's admin."""
