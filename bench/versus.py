@@ -20,8 +20,9 @@ part with its speakers alone, as `bench/bgp.py` measures):
   successor. Both systems elect with the same hash, so the owner and successor are known.
 * BGP (`bench/bgp.py`'s FIB watcher, ToR FRR with hold time 3 s): a Service's status PATCHed,
   until its /32 is in the ToR's FIB; N Services with addresses exist, one BGPAdvertisement is
-  created, until all N /32s are in the FIB (first route, all, every nexthop); speakers' RSS and
-  CPU from /proc; every speaker SIGTERMed, until the FIB is empty.
+  created, until all N /32s are in the FIB (first route, all, every nexthop); RSS and CPU of
+  node1's speaker with every process it runs (ironlb: its ExaBGP too) from /proc; every speaker
+  SIGTERMed, until the FIB is empty.
 
     python -m bench.versus [--quick] [--trials N] [--routes N] [--cases quick|all|NAME,...]
 
@@ -231,8 +232,9 @@ def bgp_side(
     one = fib.reached(started, 1, full=False)
     every_route = fib.reached(started, count, full=False)
     every_hop = fib.reached(started, count, full=True)
+    in_fib = fib.any_count
     if not done:
-        say(f"{system}: only {fib.any_count} / {count} routes ({fib.full_count} with every hop)")
+        say(f"{system}: only {in_fib} / {count} routes ({fib.full_count} with every hop)")
     stop = bgp.graceful_stop(lab, deployment, fib)
     lab.kubectl(
         "delete", "bgpadvertisement", BULK_ADVERTISEMENT, "-n", NS, "--ignore-not-found"
@@ -252,12 +254,13 @@ def bgp_side(
         "bgp_routes_all_s": since(every_route),
         "bgp_routes_ecmp_s": since(every_hop),
         "bgp_stop_empty_fib_s": stop["stop_to_empty_fib_s"],
-        # One node's speaker process (for ironlb without its ExaBGP, which is listed apart).
-        "speaker_rss_mb_at_fib": memory.get("speaker", {}).get("rss_mb"),
-        "speaker_cpu_s_to_fib": cpu.get("speaker"),
+        # What one node pays: the speaker's whole process tree (ironlb's speaker with its
+        # ExaBGP; MetalLB's one process), in detail by role.
+        "speaker_rss_mb_at_fib": round(sum(m["rss_mb"] for m in memory.values()), 1),
+        "speaker_cpu_s_to_fib": round(sum(cpu.values()), 2),
     }
     detail = {
-        "routes_in_fib": fib.any_count,
+        "routes_in_fib": in_fib,
         "speakers_idle_before": quiet,
         "memory_node1": memory,
         "cpu_node1_to_fib": cpu,

@@ -28,6 +28,10 @@ Choices, and why:
   started with `lab.popen`, so `lab.down()` ends whatever a bench leaves behind.
 
 What differs from MetalLB in a cluster, and why:
+* Its BGPPeer CRD (v0.15.2) declares myASN and peerASN `format: int32` with a maximum of
+  4294967295; kube-apiserver 1.37 refuses every BGPPeer against that schema, so MetalLB v0.15.2
+  cannot be given a BGP peer on this Kubernetes at all. The lab widens such fields to int64
+  (`widen_int32_bounds`) and changes nothing else.
 * No Pods of MetalLB run. Its speaker reads its own Pod (owner of its status objects) and finds
   its memberlist peers by listing speaker Pods and dialling their `status.podIP`; so each node
   gets a stand-in Pod with the DaemonSet's labels and the node's address, bound to no node and
@@ -262,6 +266,33 @@ class Chart:
         return name
 
 
+INT32_MAX = 2**31 - 1
+
+
+def widen_int32_bounds(schema: Any, path: str = "") -> list[str]:
+    """Integer properties declared `format: int32` with a `maximum` beyond int32, made int64, in
+    place; returns their paths. MetalLB v0.15.2's BGPPeer CRD declares myASN and peerASN so
+    (maximum 4294967295), and kube-apiserver 1.37 refuses every object of such a schema ("Maximum
+    boundary value must be of type integer with format int32"), so without this no BGPPeer can
+    be written while MetalLB runs here. Nothing else of the schema changes."""
+    changed: list[str] = []
+    if isinstance(schema, dict):
+        if (
+            schema.get("type") == "integer"
+            and schema.get("format") == "int32"
+            and isinstance(schema.get("maximum"), int)
+            and schema["maximum"] > INT32_MAX
+        ):
+            schema["format"] = "int64"
+            changed.append(path or ".")
+        for key, value in schema.items():
+            changed += widen_int32_bounds(value, f"{path}.{key}" if path else key)
+    elif isinstance(schema, list):
+        for i, value in enumerate(schema):
+            changed += widen_int32_bounds(value, f"{path}[{i}]")
+    return changed
+
+
 def split(documents: Iterable[dict[str, Any] | None]) -> Chart:
     """The rendered documents, sorted by use; anything unexpected means the chart changed."""
     crds, applied, workloads = [], [], {}
@@ -272,6 +303,9 @@ def split(documents: Iterable[dict[str, Any] | None]) -> Chart:
         if kind not in CLUSTER_SCOPED and meta.get("namespace") not in (None, NAMESPACE):
             raise MetalLBError(f"{kind} {meta.get('name')} is in {meta.get('namespace')}")
         if kind == "CustomResourceDefinition":
+            for version in (d.get("spec") or {}).get("versions") or []:
+                for where in widen_int32_bounds(version.get("schema")):
+                    log(f"{meta.get('name')} {version.get('name')}: {where} made int64 (lab fix)")
             crds.append(d)
         elif kind in APPLIED_KINDS:
             applied.append(d)

@@ -301,3 +301,32 @@ def test_a_memberlist_key_is_shaped_like_the_one_metallbs_controller_makes() -> 
     assert len(key) == 22 and "=" not in key  # 16 bytes, base64 without padding
     assert len(base64.b64decode(key + "==")) == 16
     assert key != metallb.new_memberlist_key()
+
+
+def test_int32_fields_with_a_larger_maximum_are_widened_and_nothing_else() -> None:
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "myASN": {"type": "integer", "format": "int32", "maximum": 4294967295},
+                    "port": {"type": "integer", "format": "int32", "maximum": 16384},
+                    "count": {"type": "integer", "format": "int32"},
+                    "list": {
+                        "type": "array",
+                        "items": {"type": "integer", "format": "int32", "maximum": 2**31},
+                    },
+                },
+            }
+        },
+    }
+    before = copy.deepcopy(schema)
+    changed = metallb.widen_int32_bounds(schema)
+    assert changed == ["properties.spec.properties.myASN", "properties.spec.properties.list.items"]
+    spec = schema["properties"]["spec"]["properties"]
+    assert spec["myASN"]["format"] == "int64" and spec["list"]["items"]["format"] == "int64"
+    # The rest as it was.
+    for untouched in ("port", "count"):
+        assert spec[untouched] == before["properties"]["spec"]["properties"][untouched]
+    assert metallb.widen_int32_bounds(schema) == []
