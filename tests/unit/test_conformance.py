@@ -10,6 +10,7 @@ import fnmatch
 import ipaddress
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -826,3 +827,8 @@ def test_lab_deleter_names_only_what_to_delete_and_waits() -> None:
         "kind": "IPAddressPool",
         "metadata": {"name": "pool-a", "namespace": SYSTEM},
     }
+
+
+def test_the_doc_lists_the_deliberate_differences_as_the_table_renders_them() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "compared-with-metallb.md").read_text()
+    assert conformance.render_deliberate() in doc
