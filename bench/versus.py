@@ -18,6 +18,10 @@ part with its speakers alone, as `bench/bgp.py` measures):
 * L2 failover (`bench/failover_l2.py`'s trial): the ToR probes the VIP with ARP every 10 ms;
   from the fault of the owner (speaker SIGKILLed, link cut, SIGTERM) to the first answer from the
   successor. Both systems elect with the same hash, so the owner and successor are known.
+* what a client pays (`<scenario>_failed_requests`, of `<scenario>_requests`; new connections
+  at 40 a second to the L2 Service, `hack/datapath.py`'s load): kube-proxy SIGKILLed on the
+  owner for 5 s; a rolling restart of every speaker; the owner drained (autoscaler taint; full
+  run: also the exclusion label and cordon) and 5 s later its link cut, as the node goes.
 * BGP (`bench/bgp.py`'s FIB watcher, ToR FRR with hold time 3 s): a Service's status PATCHed,
   until its /32 is in the ToR's FIB; N Services with addresses exist, one BGPAdvertisement is
   created, until all N /32s are in the FIB (first route, all, every nexthop); RSS and CPU of
@@ -37,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import signal
 import sys
@@ -51,7 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import bgp, failover_l2, figures  # noqa: E402
-from hack import conformance, conformance_cases, deploy, metallb, objects  # noqa: E402
+from hack import conformance, conformance_cases, datapath, deploy, metallb, objects, witness  # noqa: E402
 from hack import lab as network_lab  # noqa: E402
 
 SYSTEMS = ("ironlb", "metallb")
@@ -104,6 +109,15 @@ def l2_figures(results: Mapping[str, Sequence[float]]) -> dict[str, float | None
     return out
 
 
+def cost_figures(costs: Mapping[str, Mapping[str, int]]) -> dict[str, float | None]:
+    """`<scenario>_failed_requests` (and the requests made) for each load scenario."""
+    out: dict[str, float | None] = {}
+    for name, cost in costs.items():
+        out[f"{name}_failed_requests"] = cost["failed"]
+        out[f"{name}_requests"] = cost["total"]
+    return out
+
+
 def _number(value: object) -> float | None:
     return None if value is None else float(value)  # type: ignore[arg-type]
 
@@ -144,11 +158,19 @@ class Run:
 # --- the scenarios ------------------------------------------------------------------------------
 
 
-def l2_failovers(
-    lab: network_lab.Lab, system: str, deployment: deploy.Speakers, trials: int
-) -> dict[str, list[float]]:
+def l2_side(
+    lab: network_lab.Lab,
+    system: str,
+    deployment: deploy.Speakers,
+    trials: int,
+    drains: Sequence[str],
+) -> tuple[dict[str, list[float]], dict[str, dict[str, int]]]:
+    """One L2 Service with a backend on every node: the failover trials, then what a client
+    pays (failed requests) through kube-proxy killed on the owner, a rolling restart of every
+    speaker, and each drain of the owner followed by the node's loss."""
     vip = failover_l2.setup_service(lab)
     results: dict[str, list[float]] = {f: [] for f in FAULTS}
+    costs: dict[str, dict[str, int]] = {}
     try:
         for fault in FAULTS:
             for n in range(trials):
@@ -158,6 +180,17 @@ def l2_failovers(
                 say(f"{system} L2 {fault} #{n + 1}: {'lost' if took is None else f'{took:.3f} s'}")
                 if took is not None:
                     results[fault].append(took)
+        back = BACK_TIMEOUT_S[system]
+        scenarios: list[tuple[str, Callable[[], None]]] = [
+            ("kube_proxy_kill", lambda: kube_proxy_kill(lab, vip)),
+            ("rolling_restart", lambda: rolling_restart(lab, deployment, vip, back)),
+        ]
+        for how in drains:
+            name = f"drain_{how.replace('-', '_')}_then_loss"
+            scenarios.append((name, functools.partial(drain_then_loss, lab, vip, how, back)))
+        for name, act in scenarios:
+            costs[name] = under_load(lab, vip, act)
+            say(f"{system} {name}: {costs[name]['failed']} of {costs[name]['total']} failed")
     finally:
         lab.kubectl("delete", "service", "bench", "-n", "default", "--ignore-not-found")
         lab.kubectl(
@@ -165,7 +198,71 @@ def l2_failovers(
             "--ignore-not-found",
         )  # fmt: skip
         objects.set_backends(lab, "default", "bench", [], wait=False)
-    return results
+    return results, costs
+
+
+# Client load for the scenarios that count failed requests: new connections at the rate the
+# datapath bench uses, from the lab's client, for as long as the longest scenario may take.
+LOAD_BOUND_S = 240.0
+DRAIN_GRACE_S = 5.0  # a drain's time before the node goes (kubectl drain, an autoscaler)
+
+
+def under_load(lab: network_lab.Lab, vip: str, act: Callable[[], None]) -> dict[str, int]:
+    with datapath.loaded(lab, [vip], duration=LOAD_BOUND_S) as load:
+        time.sleep(1.0)  # requests flow before anything happens
+        act()
+        time.sleep(2.0)  # and after: connections through whatever path is left
+        report = load.stop()
+    return {"failed": int(report["requests_failed"]), "total": int(report["requests_total"])}
+
+
+def _answers(lab: network_lab.Lab, vip: str, index: int, timeout: float) -> bool:
+    watcher = witness.ArpWatcher(lab, vip, failover_l2.WATCH_EVERY_S)
+    try:
+        return watcher.until(lambda macs: macs == [lab.node_mac(index)], timeout) is not None
+    finally:
+        watcher.close()
+
+
+def kube_proxy_kill(lab: network_lab.Lab, vip: str) -> None:
+    """kube-proxy SIGKILLed on the owner, 5 s without it, started again until healthy."""
+    owner = failover_l2.owner_of(lab, vip, range(1, lab.nodes + 1))
+    lab.stop_kube_proxy(owner, signal.SIGKILL)
+    time.sleep(5.0)
+    lab.start_kube_proxy(owner)
+    lab.wait_kube_proxies()
+    _answers(lab, vip, owner, 30.0)
+
+
+def rolling_restart(
+    lab: network_lab.Lab, deployment: deploy.Speakers, vip: str, back_timeout: float
+) -> None:
+    """Each speaker in turn SIGTERMed and started again, the next once the VIP's owner answers
+    again (as a DaemonSet rollout waits for the new Pod)."""
+    owner = failover_l2.owner_of(lab, vip, range(1, lab.nodes + 1))
+    for index in range(1, lab.nodes + 1):
+        deployment.stop_speaker(index, signal.SIGTERM)
+        deployment.start_speaker(index)
+        if not _answers(lab, vip, owner, back_timeout):
+            say(f"node{owner} did not answer again after node{index}'s restart")
+
+
+def drain_then_loss(lab: network_lab.Lab, vip: str, how: str, back_timeout: float) -> None:
+    """The owner drained (`how`), then, DRAIN_GRACE_S later, its link cut (the node gone),
+    until another node answers; then the link back, the drain undone, the owner back."""
+    owner = failover_l2.owner_of(lab, vip, range(1, lab.nodes + 1))
+    successor = failover_l2.owner_of(lab, vip, [i for i in range(1, lab.nodes + 1) if i != owner])
+    datapath.start_drain(lab, owner, how)
+    try:
+        time.sleep(DRAIN_GRACE_S)
+        deploy.cut_link(lab, owner)
+        try:
+            _answers(lab, vip, successor, 30.0)
+        finally:
+            deploy.restore_link(lab, owner)
+    finally:
+        datapath.end_drain(lab, owner)
+    _answers(lab, vip, owner, back_timeout)
 
 
 def bgp_configure(lab: network_lab.Lab, trials: int) -> None:
@@ -295,8 +392,8 @@ def run(
     trials, count, status_trials = args.trials, args.routes, args.status_trials
     with phase("ironlb_l2_conformance"), deploy.deployed(lab) as ours:
         result.runs["ironlb"] = conformance_side(lab, "ironlb", cases)
-        l2 = l2_failovers(lab, "ironlb", ours, trials)
-        result.sides["ironlb"].update(l2_figures(l2))
+        l2, costs = l2_side(lab, "ironlb", ours, trials, args.drains)
+        result.sides["ironlb"].update({**l2_figures(l2), **cost_figures(costs)})
         result.detail["ironlb"]["l2"] = l2
     fib = bgp.Fib(lab, [str(bgp.SMALL_POOL), str(bgp.BULK_NET)], str(bgp.BULK_NET), lab.nodes)
     api = bgp.Api(lab)
@@ -304,8 +401,8 @@ def run(
         with phase("metallb"), metallb.deployed(lab) as theirs:
             with phase("metallb_l2_conformance"):
                 result.runs["metallb"] = conformance_side(lab, "metallb", cases)
-                l2 = l2_failovers(lab, "metallb", theirs, trials)
-                result.sides["metallb"].update(l2_figures(l2))
+                l2, costs = l2_side(lab, "metallb", theirs, trials, args.drains)
+                result.sides["metallb"].update({**l2_figures(l2), **cost_figures(costs)})
                 result.detail["metallb"]["l2"] = l2
             with phase("metallb_bgp"):
                 theirs.stop_controller()
@@ -373,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     args.trials = args.trials or (1 if args.quick else 10)
     args.status_trials = args.status_trials or (3 if args.quick else 10)
     args.routes = args.routes or (1000 if args.quick else 10000)
+    # Drains (datapath.DRAINS) followed by the node's loss; ironlb runs with its defaults, so
+    # `cordon` drains nobody in either system (ironlb's --drain-on-cordon is off).
+    args.drains = datapath.DRAINS[:1] if args.quick else datapath.DRAINS
     if not 1 <= args.trials <= 100 or not 1 <= args.routes <= 40000:
         parser.error("--trials must be 1..100 and --routes 1..40000")
     signal.signal(signal.SIGTERM, _interrupt)

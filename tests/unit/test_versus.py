@@ -80,3 +80,18 @@ def test_differences_only_for_cases_both_systems_ran() -> None:
     [difference] = result.differences()
     assert difference.case == "a"
     assert not difference.explained
+
+
+def test_each_load_scenario_reports_failed_and_made_requests() -> None:
+    figures = versus.cost_figures(
+        {
+            "rolling_restart": {"failed": 3, "total": 400},
+            "kube_proxy_kill": {"failed": 0, "total": 9},
+        }
+    )
+    assert figures == {
+        "rolling_restart_failed_requests": 3,
+        "rolling_restart_requests": 400,
+        "kube_proxy_kill_failed_requests": 0,
+        "kube_proxy_kill_requests": 9,
+    }
