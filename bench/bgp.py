@@ -677,10 +677,21 @@ def floor(lab: network_lab.Lab, fib: Fib, nodes: Sequence[int], count: int) -> d
 # --- the parts run with speakers ---------------------------------------------------------------
 
 
-def configure(lab: network_lab.Lab, trials: int) -> None:
-    """Pools, the ToR as a BGPPeer, a BFD profile (used later), the small pool's advertisement
+def configure(lab: network_lab.Lab, trials: int, bfd_profile: bool = True) -> None:
+    """Pools, the ToR as a BGPPeer, a BFD profile (used later; not with `bfd_profile=False`:
+    MetalLB's native BGP refuses a configuration holding one), the small pool's advertisement
     and the Services of the status-to-FIB trials (no address yet)."""
     lab.kubectl("create", "namespace", APP_NS)
+    profile = {
+        "apiVersion": "metallb.io/v1beta1",
+        "kind": "BFDProfile",
+        "metadata": {"name": BFD_PROFILE, "namespace": NS},
+        "spec": {
+            "receiveInterval": BFD_MS,
+            "transmitInterval": BFD_MS,
+            "detectMultiplier": BFD_MULT,
+        },
+    }
     objects.apply(
         lab,
         pool("bench", SMALL_POOL),
@@ -696,16 +707,7 @@ def configure(lab: network_lab.Lab, trials: int) -> None:
                 "holdTime": "3s",
             },
         },
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "BFDProfile",
-            "metadata": {"name": BFD_PROFILE, "namespace": NS},
-            "spec": {
-                "receiveInterval": BFD_MS,
-                "transmitInterval": BFD_MS,
-                "detectMultiplier": BFD_MULT,
-            },
-        },
+        *([profile] if bfd_profile else []),
         advertisement("bench", "bench"),
         *(service(APP_NS, f"s{i:03d}", "bench") for i in range(trials)),
         *(endpoint_slice(lab, APP_NS, f"s{i:03d}") for i in range(trials)),

@@ -265,31 +265,6 @@ def drain_then_loss(lab: network_lab.Lab, vip: str, how: str, back_timeout: floa
     _answers(lab, vip, owner, back_timeout)
 
 
-def bgp_configure(lab: network_lab.Lab, trials: int) -> None:
-    """`bench/bgp.py`'s objects without its BFD profile (MetalLB's native BGP refuses a
-    configuration holding one), and the Services of the status-to-FIB trials."""
-    objects.apply(
-        lab,
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": bgp.APP_NS}},
-        bgp.pool("bench", bgp.SMALL_POOL),
-        bgp.pool("bench-bulk", bgp.BULK_NET),
-        {
-            "apiVersion": "metallb.io/v1beta2",
-            "kind": "BGPPeer",
-            "metadata": {"name": "tor", "namespace": NS},
-            "spec": {
-                "myASN": bgp.MY_ASN,
-                "peerASN": network_lab.TOR_ASN,
-                "peerAddress": str(network_lab.TOR_LAN_V4),
-                "holdTime": "3s",
-            },
-        },
-        bgp.advertisement("bench", "bench"),
-        *(bgp.service(bgp.APP_NS, f"s{i:03d}", "bench") for i in range(trials)),
-        *(bgp.endpoint_slice(lab, bgp.APP_NS, f"s{i:03d}") for i in range(trials)),
-    )
-
-
 def clear_small_ingress(api: bgp.Api, trials: int) -> None:
     """Status back to no address, so that the next system's PATCH is a change it sees."""
     for i in range(trials):
@@ -407,7 +382,7 @@ def run(
             with phase("metallb_bgp"):
                 theirs.stop_controller()
                 bgp.stop_speakers(lab, theirs)
-                bgp_configure(lab, status_trials)
+                bgp.configure(lab, status_trials, bfd_profile=False)
                 create_bulk(lab, count)
                 side, detail = bgp_side(lab, "metallb", theirs, fib, api, count, status_trials)
                 result.sides["metallb"].update(side)
