@@ -481,17 +481,20 @@ def controllers_caught_up(lab: network_lab.Lab, say: Callable[[str], None]) -> b
     informer that has not come back (seen once: no ServiceAccount in 60 s) fails the next test
     for a reason that is not its own. False: not even after the restart."""
     for attempt in (1, 2):
-        name = f"ironlb-catch-up-{os.getpid()}-{attempt}"
-        objects.apply(lab, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-        try:
-            found = False
-            deadline = time.monotonic() + CONTROLLERS_CATCH_UP_S
-            while not found and time.monotonic() < deadline:
-                time.sleep(0.5)
-                listed = lab.kubectl("get", "serviceaccounts", "-n", name, "-o", "name")
-                found = "serviceaccount/default" in listed.split()
-        finally:
-            lab.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found")
+        with objects.namespace(lab, f"ironlb-catch-up-{os.getpid()}-{attempt}") as name:
+            try:
+                objects.wait_until(
+                    f"the ServiceAccount default in {name}",
+                    lambda n=name: (
+                        "serviceaccount/default"  # type: ignore[misc]
+                        in lab.kubectl("get", "serviceaccounts", "-n", n, "-o", "name").split()
+                    ),
+                    CONTROLLERS_CATCH_UP_S,
+                    every=0.5,
+                )
+                found = True
+            except AssertionError:  # wait_until's verdict when the bound passes
+                found = False
         if found:
             return True
         if attempt == 1:
