@@ -76,12 +76,21 @@ def set_graceful_restart(
     MetalLB), then wait until every node announces again."""
     say(f"BGP peers {'with' if on else 'without'} graceful restart")
     peers = [o for o in configuration(on) if o["kind"] == "BGPPeer"]
+    changed = time.monotonic()
     for peer in peers:
         lab.kubectl(
             "delete", "bgppeers.metallb.io", peer["metadata"]["name"],
             "-n", objects.METALLB_NAMESPACE, "--ignore-not-found",
         )  # fmt: skip
     objects.apply(lab, *peers)
+    # The FIB alone cannot tell: it still holds every node through the old sessions until the
+    # speakers act on the change, and a restart of a node whose old session (without graceful
+    # restart) is still up loses its routes at once. Every session must be a new one, with the
+    # capability as asked, before anything is measured.
+    objects.wait_until(
+        f"every node's sessions to be new ones {'with' if on else 'without'} graceful restart",
+        lambda: sessions_renewed(lab, on, time.monotonic() - changed),
+    )
     objects.wait_until("every node to announce again", lambda: settled(lab, vips))
 
 
@@ -199,6 +208,43 @@ def hops(lab: network_lab.Lab, nodes: Sequence[int] | None = None) -> set[str]:
 
 def hops6(lab: network_lab.Lab) -> set[str]:
     return {str(lab.node_v6(i)) for i in range(1, lab.nodes + 1)}
+
+
+def sessions_renewed(
+    lab: network_lab.Lab, graceful_restart: bool, within_s: float
+) -> objects.Missing | bool:
+    """Every node's sessions (both families) as the ToR sees them: Established for at most
+    `within_s` (so made after a change that began that long ago), graceful restart negotiated
+    (capability sent both ways) exactly when `graceful_restart`."""
+    shown = json.loads(lab.vtysh("show bgp neighbors json", check=False).stdout or "{}")
+    wrong = []
+    for address in sorted(hops(lab) | hops6(lab)):
+        seen = shown.get(address, {})
+        state = seen.get("bgpState", "absent")
+        up_s = int(seen.get("bgpTimerUpMsec", 0)) / 1000
+        capability = seen.get("neighborCapabilities", {}).get("gracefulRestart", "none")
+        negotiated = capability in ("advertisedAndReceived", "received")  # the ToR knows ours
+        if state != "Established":
+            wrong.append(f"{address}: {state}")
+        elif up_s > within_s + 1.0:  # FRR counts whole seconds
+            wrong.append(f"{address}: still the session from before the change (up {up_s:.0f} s)")
+        elif negotiated != graceful_restart:
+            wrong.append(f"{address}: graceful restart capability {capability}")
+    return objects.Missing("\n".join(wrong)) if wrong else True
+
+
+TOR_EVENTS = re.compile(r"ADJCHANGE|End-of-RIB|NOTIFICATION|[Gg]raceful|stale", re.ASCII)
+
+
+def tor_events(lab: network_lab.Lab, last: int = 80) -> str:
+    """The ToR's session changes, End-of-RIBs and NOTIFICATIONs (its last `last`): what a
+    failed hitless test needs beside the FIB, which only shows the outcome."""
+    path = lab.frr_directory / "frr.log"
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as e:
+        return f"(no ToR log: {e})"
+    return "\n".join([line for line in lines if TOR_EVENTS.search(line)][-last:])
 
 
 def settled(lab: network_lab.Lab, vips: Vips) -> bool:

@@ -159,6 +159,7 @@ class BGP(Protocol):
         node: desired.Node | None,
         plan: desired.BGPPlan,
         passwords: Mapping[str, str],
+        complete: bool = True,
     ) -> Mapping[str, tuple[model.PeerName, ...]]: ...
 
     async def wait_synced(self, timeout: float) -> bool: ...
@@ -397,7 +398,12 @@ class Agent:
         bgp_plan = desired.bgp_plan(own, model.NodeName(me))
         if self.bgp is not None:
             reached = await self.bgp.apply(
-                snap.config, snap.nodes.get(me), bgp_plan, self.passwords
+                snap.config,
+                snap.nodes.get(me),
+                bgp_plan,
+                self.passwords,
+                # Until our probes answered once, the plan is not yet this node's answer.
+                complete=self.prober is None or self.prober.verdicts_known(),
             )
         self._account(l2, bgp_plan, reached, snap)
         self._judge_honoured(snap.config)

@@ -49,12 +49,13 @@ class BGPApplier:
         node: desired.Node | None,
         plan: desired.BGPPlan,
         passwords: Mapping[str, str],
+        complete: bool = True,
     ) -> Mapping[str, tuple[model.PeerName, ...]]:
         intent = bgp_intent.intent(config, node, plan, passwords)
         wanted = routes.desired(intent.announcements, intent.sessions)
         # Routes first: a session that starts now starts with them (with graceful restart, its
         # End-of-RIB must follow the routes, not an empty start).
-        self.speaker.set_routes(wanted.routes)
+        self.speaker.set_routes(wanted.routes, complete=complete)
         problems = [*intent.problems, *await self.speaker.set_peers(intent.sessions)]
         problems += wanted.problems
         # The agent's bookkeeping after this (logs, metrics, Events, status wishes: ~1 s at

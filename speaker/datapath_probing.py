@@ -144,6 +144,13 @@ class Prober:
         lagging = frozenset(k for k, t in self._targets.items() if not t.ok)
         return datapath.NodeReadiness(self.proxy_ready, lagging)
 
+    def verdicts_known(self) -> bool:
+        """Whether kube-proxy and every Local Service listed here were asked at least once.
+        Before that, what this node would announce is not yet its answer: a speaker that
+        restarted with graceful restart holds its End-of-RIB until then (speaker.bgp.speaking),
+        or the peer would drop the stale routes of a node that is in fact ready."""
+        return self.message != NOT_PROBED and all(t.ok is not None for t in self._targets.values())
+
     def set_targets(self, node_ip: str | None, local: Mapping[str, int]) -> None:
         """This node's address, and the Local Services with a ready endpoint here (Service key
         -> healthCheckNodePort); targets are kept (with their last answer) while listed."""
@@ -183,6 +190,8 @@ class Prober:
             self._set_proxy(False, f"kube-proxy /healthz at {url}: {answer.describe()}")
 
     def _set_proxy(self, ready: bool, message: str) -> None:
+        if ready == self.proxy_ready and self.message == NOT_PROBED:
+            self.changed.set()  # the first verdict, although the same: see verdicts_known
         if ready != self.proxy_ready:
             log.warning(
                 "data path ready" if ready else "data path not ready",
@@ -229,6 +238,7 @@ class Prober:
             return
         gate = asyncio.Semaphore(CONCURRENCY)
         before = self.readiness()
+        first_answers = any(t.ok is None for _, t in batch)
 
         async def probe(key: str, target: _Target) -> None:
             url = url_for(f"http://{{node_ip}}:{target.port}/", self.node_ip)
@@ -247,5 +257,5 @@ class Prober:
                 target.ok, target.probed_at = answer.ok, now
 
         await asyncio.gather(*(probe(k, t) for k, t in batch))
-        if self.readiness() != before:
-            self.changed.set()
+        if self.readiness() != before or first_answers:
+            self.changed.set()  # a first answer may change nothing but verdicts_known

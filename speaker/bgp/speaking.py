@@ -19,10 +19,13 @@ Graceful restart (RFC 4724, `enableGracefulRestart`): when the speaker process i
 configuration), the runner of such a peer withdraws nothing: ExaBGP closes the session without a
 NOTIFICATION, so the peer, as helper, keeps our routes as stale and keeps forwarding to this node
 (whose kube-proxy still serves) while the next speaker starts. That one's ExaBGP sends no
-End-of-RIB by itself (`manual-eor`): the runner sends it once the session is up and the routes
-the speaker computed have been handed over, so the peer replaces the stale routes with current
-ones and drops only those not announced again. Sending it at once would have the peer drop
-everything before the first announcement.
+End-of-RIB by itself (`manual-eor`): the runner sends it once the session is up, the routes are
+complete (`set_routes(complete=True)`: the agent has its first data-path verdicts, so the routes
+are this node's answer and not an empty start) and ExaBGP took every one of them, so the peer
+replaces the stale routes with current ones and drops only those not announced again. Sending
+it earlier would have the peer drop routes that come back a moment later: a gap in forwarding
+for a node that was ready all along. It goes out at the latest EOR_AT_THE_LATEST_S after the
+session came up, whatever is missing (the peer's restart timer would end the wait anyway).
 
 BFD: a peer with a BFD profile gets a BFD session. When one that was Up goes Down for any reason
 but the peer's own AdminDown, the BGP session is torn down at once (Cease); ExaBGP then
@@ -56,6 +59,7 @@ MAX_RESTART_DELAY = 30.0
 WITHDRAW_WAIT = 5.0
 BFD_WITHDRAW_WAIT = 1.0  # BFD said the path is gone: about one detect time, then tear down
 RETRY_AFTER_REFUSAL = 30.0
+EOR_AT_THE_LATEST_S = 10.0
 
 
 # How a runner gets its ExaBGP; tests pass a fake with the same surface.
@@ -112,6 +116,7 @@ class _Runner:
         self._teardown = False
         self._went_up = False  # in the current ExaBGP's life
         self._retry_at: float | None = None
+        self._up_at: float | None = None  # when the session last came up (loop time)
         self._wake = asyncio.Event()
         self._wire_changed = asyncio.Event()
         self._state_changed = asyncio.Event()
@@ -135,6 +140,9 @@ class _Runner:
             if self._idle:
                 self.handed.clear()
             self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
 
     def request_teardown(self) -> None:
         self._teardown = True
@@ -236,14 +244,25 @@ class _Runner:
             if self._retry_at is None or loop.time() >= self._retry_at:
                 self._retry_at = None
                 await self._push(process, routes.diff_peer(self.applied, self.desired))
-            if self._eor_due and self.bgp == "up":
+            eor_deadline = self._eor_deadline()
+            if eor_deadline is not None and (self._eor_ready() or loop.time() >= eor_deadline):
                 # After the push: ExaBGP puts the marker on the wire behind the routes.
+                if not self._eor_ready():
+                    log.warning(
+                        "bgp %s: End-of-RIB after %.0f s although %s",
+                        self.peer.name,
+                        EOR_AT_THE_LATEST_S,
+                        "ExaBGP has not taken every route"
+                        if self.owner.routes_complete
+                        else "this node's first data-path verdicts are still missing",
+                    )
                 self._eor_due = False
                 for family in self.peer.families:
                     await process.command(rendering.end_of_rib(family))
             if self.applied == self.desired:
                 self.synced.set()
-            timeout = None if self._retry_at is None else max(0.0, self._retry_at - loop.time())
+            wake_at = [t for t in (self._retry_at, self._eor_deadline()) if t is not None]
+            timeout = max(0.0, min(wake_at) - loop.time()) if wake_at else None
             waiters = [
                 asyncio.ensure_future(self._wake.wait()),
                 asyncio.ensure_future(process.exited.wait()),
@@ -254,6 +273,17 @@ class _Runner:
             finally:
                 for w in waiters:
                     w.cancel()
+
+    def _eor_deadline(self) -> float | None:
+        """When the End-of-RIB due goes out at the latest; None: none is due now."""
+        if not self._eor_due or self.bgp != "up" or self._up_at is None:
+            return None
+        return self._up_at + EOR_AT_THE_LATEST_S
+
+    def _eor_ready(self) -> bool:
+        """The peer may drop whatever we did not announce again: our routes are this node's
+        answer and ExaBGP has every one of them."""
+        return self.owner.routes_complete and self.applied == self.desired
 
     async def _push(self, process: exabgp.Process, change: routes.Change) -> None:
         if not change:
@@ -329,6 +359,7 @@ class _Runner:
                 self._wake.set()
             if event.state == "up":
                 self._went_up = True
+                self._up_at = asyncio.get_running_loop().time()
                 if self.peer.graceful_restart:
                     self._eor_due = True
                     self._wake.set()
@@ -376,6 +407,9 @@ class Speaker:
         self._bfd: bfd_threaded.ThreadedEndpoint | None = None
         self._runners: dict[str, _Runner] = {}
         self._desired: dict[str, dict[routes.Prefix, routes.RouteAttributes]] = {}
+        # Whether the routes are this node's answer yet (see set_routes); until they are, no
+        # End-of-RIB goes out, and a graceful-restart peer keeps our stale routes meanwhile.
+        self.routes_complete = True
         self._closed = False
 
     def _changed(self) -> None:
@@ -462,11 +496,17 @@ class Speaker:
 
     # --- routes ------------------------------------------------------------------------------
 
-    def set_routes(self, desired: routes.Routes) -> None:
-        """The routes every peer must carry; peers not mentioned carry none."""
+    def set_routes(self, desired: routes.Routes, complete: bool = True) -> None:
+        """The routes every peer must carry; peers not mentioned carry none. `complete`: they
+        are this node's answer (False while the agent still waits for its first data-path
+        verdicts: an End-of-RIB then would end a peer's graceful restart too early)."""
         self._desired = {name: dict(r) for name, r in desired.items()}
+        newly_complete = complete and not self.routes_complete
+        self.routes_complete = complete
         for name, runner in self._runners.items():
             runner.set_desired(self._desired.get(name, {}))
+            if newly_complete:
+                runner.wake()
 
     async def wait_synced(self, timeout: float) -> bool:
         """Until ExaBGP acknowledged the desired routes for every peer (tests, shutdown)."""

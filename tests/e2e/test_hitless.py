@@ -85,6 +85,7 @@ def test_with_graceful_restart_the_tor_keeps_every_next_hop_through_a_rolling_re
         assert watch.fib_changes == [] and watch.v6_changes == [], (
             watch.fib_changes,
             watch.v6_changes,
+            hitless.tor_events(lab),
         )
         # So no BGP connection may fail at all; L2 owners still move (a speaker's leave).
         assert hitless.failed(report, vips.bgp) == 0, report["first_failures"]

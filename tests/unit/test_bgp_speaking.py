@@ -289,6 +289,66 @@ async def test_graceful_restart_end_of_rib_follows_the_routes_on_every_session(
     await speaker.close()
 
 
+async def test_no_end_of_rib_before_the_routes_are_this_nodes_answer(fakes: Fakes) -> None:
+    """A restarted speaker whose first data-path verdicts are still missing computes no routes
+    yet (complete=False): an End-of-RIB then would have the peer drop the stale routes of a
+    node that is ready, until the verdict came. The marker follows the routes once complete."""
+    speaker = make_speaker(fakes)
+    speaker.set_routes({}, complete=False)
+    await speaker.set_peers([peer(graceful_restart=True)])
+    await settle(speaker)
+    assert not any("eor" in c for c in fakes[0].commands)
+    speaker.set_routes({"tor": {net("10.1.0.1/32"): A()}}, complete=True)
+    await settle(speaker)
+    assert fakes[0].commands == [
+        "announce route 10.1.0.1/32 next-hop self origin igp",
+        "announce eor ipv4 unicast",
+    ]
+    await speaker.close()
+
+
+async def test_no_end_of_rib_while_exabgp_refuses_the_routes(fakes: Fakes) -> None:
+    """A refused announcement is not on the wire: an End-of-RIB behind it would end the
+    peer's graceful restart without our route. The marker waits for the retry."""
+    speaker = make_speaker(fakes)
+    speaker.set_routes({"tor": {net("10.1.0.1/32"): A()}})
+    fakes.connect_on_start = False
+    await speaker.set_peers([peer(graceful_restart=True)])
+    for _ in range(20):
+        await asyncio.sleep(0)
+    fakes[0].refuse.add("announce route")
+    fakes[0].connect()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert fakes[0].commands.count("announce route 10.1.0.1/32 next-hop self origin igp") == 2
+    assert not any("eor" in c for c in fakes[0].commands)
+    fakes[0].refuse.clear()
+    speaker.set_routes({"tor": {net("10.1.0.1/32"): A(), net("10.1.0.2/32"): A()}})
+    await settle(speaker)
+    assert fakes[0].commands[-1] == "announce eor ipv4 unicast"
+    assert "announce route 10.1.0.1/32 next-hop self origin igp" in fakes[0].commands
+    await speaker.close()
+
+
+async def test_end_of_rib_goes_out_at_the_latest_after_its_bound(
+    fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Verdicts that never come do not hold the marker forever: after EOR_AT_THE_LATEST_S it
+    goes out (the peer's restart timer would end the wait anyway)."""
+    monkeypatch.setattr(speaking, "EOR_AT_THE_LATEST_S", 0.05)
+    speaker = make_speaker(fakes)
+    speaker.set_routes({}, complete=False)
+    await speaker.set_peers([peer(graceful_restart=True)])
+    await settle(speaker)
+    assert not any("eor" in c for c in fakes[0].commands)
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if fakes[0].commands:
+            break
+    assert fakes[0].commands == ["announce eor ipv4 unicast"]
+    await speaker.close()
+
+
 async def test_without_graceful_restart_no_end_of_rib_is_sent_by_hand(fakes: Fakes) -> None:
     speaker = make_speaker(fakes)
     speaker.set_routes({"tor": {net("10.1.0.1/32"): A()}})

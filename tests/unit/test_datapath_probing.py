@@ -188,3 +188,31 @@ async def test_rechecks_of_confirmed_services_are_bounded_oldest_first(server: S
     await p._probe_services(11.1)
     assert server.hits["/"] == 13
     assert "ns/new" in p.readiness().unready_local
+
+
+async def test_verdicts_are_known_once_kube_proxy_and_every_local_service_answered(
+    server: Server,
+) -> None:
+    """Graceful restart's End-of-RIB waits for these first answers, failed ones included: a
+    first 'not ready' is an answer too, and wakes the agent although readiness is unchanged."""
+    p = prober(server, fail_after=2)
+    p.set_targets("127.0.0.1", {"ns/a": server.port})
+    assert not p.verdicts_known()
+    server.status["/healthz"] = 503
+    await p._probe_proxy()
+    assert not p.proxy_ready and p.changed.is_set()
+    assert not p.verdicts_known()  # ns/a never asked
+    p.changed.clear()
+    server.status["/"] = 503
+    await p._probe_services(0.0)
+    assert p.changed.is_set() and p.verdicts_known()
+    p.set_targets("127.0.0.1", {"ns/a": server.port, "ns/b": server.port + 1})
+    assert not p.verdicts_known()  # a new Local Service: not answered yet
+
+
+def test_endpoints_mode_knows_its_verdicts_at_once() -> None:
+    p = datapath_probing.Prober(
+        check=datapath.Check.ENDPOINTS, registry=prometheus_client.CollectorRegistry()
+    )
+    p.set_targets("127.0.0.1", {"ns/a": 30000})
+    assert p.verdicts_known()
