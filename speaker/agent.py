@@ -223,6 +223,11 @@ class Agent:
     )
     last_pass_s: float = 0.0
     _superseded: set[str] = field(default_factory=set)  # resourceVersions of our own creates
+    # Our status objects being created, (kind, "namespace/name") -> whether the watch reported
+    # the object DELETED meanwhile: then the create's answer, arriving later, is not put into
+    # the store (it would bring back an object the server no longer holds, and nothing after
+    # that would tell the writer: seen after a cut link, whose TCP streams resume out of order).
+    _creating: dict[tuple[str, str], bool] = field(default_factory=dict)
     # The ConfigurationState `speaker-<node>`: the latest pass's problems (None before the
     # first pass), whether they changed since written, and whether to read the object again.
     _state_problems: list[Problem] | None = None
@@ -269,6 +274,11 @@ class Agent:
         (status still empty) arrives after the store already holds the status we set, and is
         dropped rather than taken for somebody else's change."""
         version = services.resource_version(obj)
+        if event_type == "DELETED":
+            meta = obj.get("metadata") or {}
+            key = (kind, f"{meta.get('namespace')}/{meta.get('name')}")
+            if key in self._creating:
+                self._creating[key] = True
         if event_type != "DELETED" and version in self._superseded:
             self._superseded.discard(version)
             return
@@ -793,21 +803,34 @@ class Agent:
 
         async def create(w: status.Wanted) -> bool:
             async with gate:
-                body = status.body(w, me, ns)
+                key = (kind, f"{ns}/{w.name}")
+                self._creating[key] = False
                 try:
-                    created = await self.client.create(base, body)
-                    version = services.resource_version(created)
-                    if version:
-                        self._superseded.add(version)
-                except kube.ApiError as e:
-                    if not e.conflict:
-                        log.warning("could not create status", extra={"error": str(e)})
-                        return False
-                if not await self._patch_status(f"{base}/{w.name}/status", w.status):
+                    return await created(w, key)
+                finally:
+                    self._creating.pop(key, None)
+
+        async def created(w: status.Wanted, key: tuple[str, str]) -> bool:
+            body = status.body(w, me, ns)
+            try:
+                made = await self.client.create(base, body)
+                version = services.resource_version(made)
+                if version:
+                    self._superseded.add(version)
+            except kube.ApiError as e:
+                if not e.conflict:
+                    log.warning("could not create status", extra={"error": str(e)})
                     return False
-                # What the server holds now: its watch events then compare equal.
-                self.store.put(kind, None, {**body, "status": dict(w.status)})
+            if not await self._patch_status(f"{base}/{w.name}/status", w.status):
+                return False
+            if self._creating.get(key):
+                # Deleted (another node's eviction) before our answers came back: the store
+                # keeps what the watch said, and the writer looks again.
+                self._status_dirty.set()
                 return True
+            # What the server holds now: its watch events then compare equal.
+            self.store.put(kind, None, {**body, "status": dict(w.status)})
+            return True
 
         async def update(w: status.Wanted) -> bool:
             async with gate:
@@ -1067,11 +1090,14 @@ async def run(
         return 0
     finally:
         log.info("speaker stopping")
-        await agent.shutdown()
+        # Passes and the status writer end first: a pass running on while membership leaves
+        # and BGP closes would start sessions after the close, and the status writer could
+        # still write "announcing" for a node that is going away.
         for task in tasks:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+        await agent.shutdown()
         stopping.cancel()
         await client.close()
         if watcher is not None:
