@@ -14,6 +14,12 @@ without a NOTIFICATION whatever it is told, and the peer would keep our routes a
 minutes, so its routes are withdrawn first and the runner waits until ExaBGP reports the
 withdrawals on the wire (or the session is gone, or 5 s passed).
 
+That shutdown takes up to WITHDRAW_WAIT + 10 s, so `set_peers` does not wait for it: a runner
+taken away ends in the background (`Speaker.close` waits for it). A replacement for the same
+peer (same name, or a new name for the same address) starts only once the old runner ended,
+since two ExaBGPs must never hold a session to one peer; until then `session_states` shows it
+idle, waiting for the previous session to end. Other peers start at once.
+
 Graceful restart (RFC 4724, `enableGracefulRestart`): when the speaker process itself stops
 (`Speaker.close(restarting=True)`: a DaemonSet update, not a peer removed from the
 configuration), the runner of such a peer withdraws nothing: ExaBGP closes the session without a
@@ -406,6 +412,13 @@ class Speaker:
         self._bfd_port = bfd_port
         self._bfd: bfd_threaded.ThreadedEndpoint | None = None
         self._runners: dict[str, _Runner] = {}
+        # What the latest set_peers asked for (checked): the runners, plus the peers whose
+        # runner waits for an old one to end. Kept so that a runner that ends starts whatever is
+        # wanted by then (level-triggered: the latest set_peers wins, not the one that waited).
+        self._wanted: dict[str, peers.Peer] = {}
+        # Runners taken away and still ending (a Cease, or withdrawals first), with the task
+        # that ends each: a pass does not wait for them, close() does.
+        self._stopping: dict[_Runner, asyncio.Task[None]] = {}
         self._desired: dict[str, dict[routes.Prefix, routes.RouteAttributes]] = {}
         # Whether the routes are this node's answer yet (see set_routes); until they are, no
         # End-of-RIB goes out, and a graceful-restart peer keeps our stale routes meanwhile.
@@ -422,9 +435,11 @@ class Speaker:
     # --- peers ---------------------------------------------------------------------------------
 
     async def set_peers(self, wanted: Iterable[peers.Peer]) -> list[problems.Problem]:
-        """Make the sessions exactly `wanted` (by name). Returns what could not be honoured."""
+        """Make the sessions exactly `wanted` (by name). Returns what could not be honoured.
+        Does not wait for sessions taken away to end (see the module's description); after
+        `close` it does nothing (a pass may still be under way while the speaker stops)."""
         if self._closed:
-            raise RuntimeError("speaker closed")
+            return []
         found: list[problems.Problem] = []
         by_name: dict[str, peers.Peer] = {}
         for peer in wanted:
@@ -444,20 +459,44 @@ class Speaker:
                 runner.peer = peer  # only BFD timers changed: no reason to reset BGP
                 continue
             stopping.append(runner)
+        self._wanted = by_name
         for runner in stopping:
             del self._runners[runner.peer.name]
-        await asyncio.gather(*(self._stop_runner(r) for r in stopping))
-        for name, peer in by_name.items():
-            if name not in self._runners:
-                runner = _Runner(self, peer)
-                runner.set_desired(self._desired.get(name, {}))
-                self._runners[name] = runner
+            self._stopping[runner] = asyncio.create_task(
+                self._stop_runner(runner), name=f"bgp-{runner.peer.name}-stop"
+            )
+        self._start_wanted()
         await self._sync_bfd()
         self._changed()
         return found
 
+    def _start_wanted(self) -> None:
+        """Start a runner for every wanted peer without one, unless a runner for the same name
+        or address is still ending: its ExaBGP may still hold the session (withdrawing, or
+        waiting for the Cease to go out)."""
+        if self._closed:
+            return
+        ending = [r.peer for r in self._stopping]
+        for name, peer in self._wanted.items():
+            if name in self._runners:
+                continue
+            if any(p.name == name or p.peer_address == peer.peer_address for p in ending):
+                continue  # started by _stop_runner once the old one ended
+            runner = _Runner(self, peer)
+            runner.set_desired(self._desired.get(name, {}))
+            self._runners[name] = runner
+
     async def _stop_runner(self, runner: _Runner) -> None:
-        await runner.close()
+        try:
+            await runner.close()
+        except Exception:
+            log.exception("bgp %s: stopping the session failed", runner.peer.name)
+        finally:
+            del self._stopping[runner]
+        # Cancelled (close() itself was cancelled): nothing starts. Otherwise whatever waited for
+        # this runner starts now, as the latest set_peers wants it.
+        self._start_wanted()
+        self._changed()
 
     async def handed_over(self, timeout: float) -> None:
         """Until every running session has taken up the routes of the last `set_routes` (its
@@ -471,18 +510,23 @@ class Speaker:
                 await asyncio.wait_for(asyncio.gather(*waiting), timeout)
 
     async def _sync_bfd(self) -> None:
-        wanted = {str(r.peer.peer_address): r.peer for r in self._runners.values() if r.peer.bfd}
+        # The wanted peers, not only the running ones: a BFD session is per address, and one
+        # whose BGP replacement waits for the old runner keeps it (no flap at the peer).
+        wanted = {str(p.peer_address): p for p in self._wanted.values() if p.bfd}
         if not wanted and self._bfd is None:
             return
         if self._bfd is None:
             self._bfd = bfd_threaded.ThreadedEndpoint(self._on_bfd, port=self._bfd_port)
-        current = self._bfd.sessions()
-        await asyncio.gather(*(self._bfd.remove(a) for a in current if a not in wanted))
+        endpoint = self._bfd
+        current = endpoint.sessions()
+        await asyncio.gather(*(endpoint.remove(a) for a in current if a not in wanted))
+        if self._closed:
+            return  # close() came meanwhile and closed the endpoint: open nothing
         for address, peer in wanted.items():
             assert peer.bfd is not None
             source = str(peer.source_address) if peer.source_address else None
             try:
-                self._bfd.add(address, _bfd_timers(peer.bfd), source)
+                endpoint.add(address, _bfd_timers(peer.bfd), source)
             except OSError as e:
                 log.error("bfd %s: cannot open a session: %s", address, e)
 
@@ -509,23 +553,51 @@ class Speaker:
                 runner.wake()
 
     async def wait_synced(self, timeout: float) -> bool:
-        """Until ExaBGP acknowledged the desired routes for every peer (tests, shutdown)."""
+        """Until ExaBGP acknowledged the desired routes for every peer (tests, shutdown),
+        including a peer whose runner waits for an old one to end."""
         try:
             async with asyncio.timeout(timeout):
-                for runner in list(self._runners.values()):
-                    await runner.synced.wait()
+                while True:
+                    for runner in list(self._runners.values()):
+                        await runner.synced.wait()
+                    if not self._waiting():
+                        return True
+                    # A runner that ends starts its replacement before its task is done.
+                    ending = list(self._stopping.values())
+                    if not ending:
+                        return False  # cannot happen: whatever waits, waits for one of these
+                    await asyncio.wait(ending, return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             return False
-        return True
+
+    def _waiting(self) -> dict[str, peers.Peer]:
+        """Wanted peers without a runner yet: each waits for an old runner to end."""
+        if self._closed:
+            return {}
+        return {n: p for n, p in self._wanted.items() if n not in self._runners}
 
     # --- state ---------------------------------------------------------------------------------
 
     def session_states(self) -> dict[str, Status]:
+        """Every wanted peer's session; one waiting for its old runner to end is idle (the old
+        one's state would describe a session that is going away, with the old settings)."""
         bfd = self._bfd.sessions() if self._bfd else {}
-        return {
-            name: r.status(bfd.get(str(r.peer.peer_address)))
-            for name, r in sorted(self._runners.items())
+        states = {
+            name: r.status(bfd.get(str(r.peer.peer_address))) for name, r in self._runners.items()
         }
+        for name, peer in self._waiting().items():
+            session = bfd.get(str(peer.peer_address))
+            states[name] = Status(
+                peer=name,
+                address=str(peer.peer_address),
+                bgp="idle",
+                bfd=session.state.name.lower() if session is not None else None,
+                announced=0,
+                updates=0,
+                restarts=0,
+                reason="waiting for the previous session to end",
+            )
+        return dict(sorted(states.items()))
 
     def bfd_sessions(self) -> dict[str, bfd_machine.Session]:
         return self._bfd.sessions() if self._bfd else {}
@@ -535,7 +607,8 @@ class Speaker:
         return self._bfd.stats if self._bfd else None
 
     def peers(self) -> dict[str, peers.Peer]:
-        return {name: r.peer for name, r in self._runners.items()}
+        """The configured peers (as `session_states`: a waiting one included)."""
+        return {**self._waiting(), **{name: r.peer for name, r in self._runners.items()}}
 
     def process_ids(self) -> dict[str, int | None]:
         return {n: (r.process.pid if r.process else None) for n, r in self._runners.items()}
@@ -556,7 +629,12 @@ class Speaker:
         self._closed = True
         runners = list(self._runners.values())
         self._runners.clear()
-        await asyncio.gather(*(r.close(restarting=restarting) for r in runners))
+        self._wanted = {}
+        # Those already ending were taken away from the configuration (closed as such, not
+        # as restarting); each is bounded like a runner's close, and they run side by side.
+        await asyncio.gather(
+            *(r.close(restarting=restarting) for r in runners), *self._stopping.values()
+        )
         if self._bfd is not None:
             await asyncio.gather(*(self._bfd.remove(a) for a in self._bfd.sessions()))
             self._bfd.close()

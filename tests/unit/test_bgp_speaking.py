@@ -110,13 +110,21 @@ class FakeExaBGP:
 
 
 class Fakes(list[FakeExaBGP]):
-    """Every fake ExaBGP the speaker made, in order; `factory` is what the speaker calls."""
+    """Every fake ExaBGP the speaker made, in order; `factory` is what the speaker calls.
+    `overlaps`: fakes made while another one for the same peer address was still alive (two
+    ExaBGPs holding a session to the same peer: must never happen)."""
 
     connect_on_start = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.overlaps: list[FakeExaBGP] = []
 
     def factory(self, *args: Any) -> Any:
         fake = FakeExaBGP(*args)
         fake.connect_on_start = self.connect_on_start
+        if any(f.alive and f.peer.peer_address == fake.peer.peer_address for f in self):
+            self.overlaps.append(fake)
         self.append(fake)
         return fake
 
@@ -139,6 +147,25 @@ async def settle(speaker: speaking.Speaker) -> None:
     assert await speaker.wait_synced(5.0)
     for _ in range(5):
         await asyncio.sleep(0)
+
+
+async def spin(turns: int = 30) -> None:
+    for _ in range(turns):
+        await asyncio.sleep(0)
+
+
+async def stopped(speaker: speaking.Speaker) -> None:
+    """Until the sessions that set_peers took away have ended (they end in the background)."""
+    await asyncio.wait_for(asyncio.gather(*list(speaker._stopping.values())), 5)
+
+
+async def returns_at_once(call: Any) -> Any:
+    """`call` (a coroutine) must be done after a few turns of the loop: not held by anything
+    the fakes keep pending."""
+    task = asyncio.ensure_future(call)
+    await spin()
+    assert task.done(), "still waiting"
+    return task.result()
 
 
 async def test_routes_reach_exabgp_and_later_diffs_are_minimal(fakes: Fakes) -> None:
@@ -253,6 +280,7 @@ async def test_graceful_restart_peer_is_withdrawn_when_only_its_configuration_go
     speaker.set_routes({"tor": {net("10.1.0.1/32"): A()}})
     await settle(speaker)
     await speaker.set_peers([])
+    await stopped(speaker)
     assert fakes[0].timeline[-3:] == ["withdraw", "teardown", "stop"]
     await speaker.close(restarting=True)
 
@@ -415,9 +443,137 @@ async def test_peer_changes_leave_other_sessions_alone(fakes: Fakes) -> None:
     assert first.alive and len(fakes) == 3
     # Removing a closes a's session, then stops it; b's new process is untouched.
     await speaker.set_peers([peer("b", "10.0.0.2", hold_time=30)])
+    await stopped(speaker)
     assert first.timeline[-3:] == ["announce", "teardown", "stop"]
     assert fakes[2].alive
     await speaker.close()
+
+
+async def test_set_peers_returns_while_an_old_session_is_still_closing(fakes: Fakes) -> None:
+    """Closing a session can take WITHDRAW_WAIT and more (a graceful-restart peer waits for its
+    withdrawals on the wire): it happens in the background, so the agent's pass (L2 failover
+    included) never waits for it."""
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer(graceful_restart=True)])
+    speaker.set_routes({"tor": {net("10.1.0.1/32"): A()}})
+    await settle(speaker)
+    (old,) = fakes
+    old.hold_sent = True
+    assert await returns_at_once(speaker.set_peers([])) == []
+    assert old.alive and old.timeline[-1] == "withdraw"  # still waiting for the wire
+    assert speaker.session_states() == {} and speaker.peers() == {}
+    old.release()
+    await stopped(speaker)
+    assert old.timeline[-3:] == ["sent-withdraw", "teardown", "stop"] and old.exited.is_set()
+    await speaker.close()
+
+
+async def test_a_replacement_starts_only_once_the_old_session_ended(fakes: Fakes) -> None:
+    """Level-triggered: removed, added again, then changed while the old session still closes:
+    one new session, with the latest configuration and the routes desired then, started only
+    after the old ExaBGP ended (two sessions to one peer must never overlap). A new name for
+    the same address waits as well."""
+    speaker = make_speaker(fakes)
+    one, two = net("10.1.0.1/32"), net("10.1.0.2/32")
+    await speaker.set_peers([peer()])
+    speaker.set_routes({"tor": {one: A()}})
+    await settle(speaker)
+    (old,) = fakes
+    old.hold_down = True  # the Cease goes out; ExaBGP reports the session down on report_down
+    await returns_at_once(speaker.set_peers([]))
+    await returns_at_once(speaker.set_peers([peer(hold_time=30)]))
+    await returns_at_once(speaker.set_peers([peer(hold_time=60)]))
+    speaker.set_routes({"tor": {one: A(), two: A()}})
+    await spin()
+    assert len(fakes) == 1 and old.alive and old.timeline[-1] == "teardown"
+    # Shown as configured, waiting: not as the old session's state.
+    waiting = speaker.session_states()["tor"]
+    assert waiting.bgp == "idle" and "previous session" in waiting.reason
+    assert speaker.peers()["tor"].hold_time == 60
+    old.report_down()
+    await settle(speaker)
+    assert len(fakes) == 2 and fakes.overlaps == []
+    new = fakes[1]
+    assert new.peer.hold_time == 60 and old.timeline[-1] == "stop"
+    assert new.commands == [
+        "announce attributes next-hop self origin igp nlri 10.1.0.1/32 10.1.0.2/32"
+    ]
+    assert speaker.session_states()["tor"].up
+
+    # Renamed (same address): the new name waits for the old session as well.
+    new.hold_down = True
+    await returns_at_once(speaker.set_peers([peer("tor2")]))
+    speaker.set_routes({"tor2": {one: A()}})
+    await spin()
+    assert len(fakes) == 2 and speaker.session_states()["tor2"].bgp == "idle"
+    new.report_down()
+    await settle(speaker)
+    assert len(fakes) == 3 and fakes.overlaps == []
+    assert fakes[2].commands == ["announce route 10.1.0.1/32 next-hop self origin igp"]
+    await speaker.close()
+
+
+async def test_a_closing_session_does_not_delay_another_peers(fakes: Fakes) -> None:
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer("a", "10.0.0.1", graceful_restart=True)])
+    speaker.set_routes({"a": {net("10.1.0.1/32"): A()}, "b": {net("10.1.0.2/32"): A()}})
+    await settle(speaker)
+    (a,) = fakes
+    a.hold_sent = True
+    await returns_at_once(speaker.set_peers([peer("b", "10.0.0.2")]))
+    await settle(speaker)
+    assert a.alive and "stop" not in a.timeline  # still closing
+    assert len(fakes) == 2 and fakes[1].commands == [
+        "announce route 10.1.0.2/32 next-hop self origin igp"
+    ]
+    assert speaker.session_states()["b"].up
+    a.release()
+    await stopped(speaker)
+    await speaker.close()
+
+
+async def test_close_waits_for_sessions_still_closing(fakes: Fakes) -> None:
+    """Including one whose replacement waits: that replacement never starts."""
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer()])
+    speaker.set_routes({"tor": {net("10.1.0.1/32"): A()}})
+    await settle(speaker)
+    (old,) = fakes
+    old.hold_down = True
+    await returns_at_once(speaker.set_peers([peer(hold_time=30)]))
+    closing = asyncio.ensure_future(speaker.close())
+    await spin()
+    assert not closing.done() and old.alive
+    old.report_down()
+    await asyncio.wait_for(closing, 5)
+    assert old.exited.is_set() and old.timeline[-2:] == ["teardown", "stop"]
+    assert len(fakes) == 1 and speaker.session_states() == {}
+
+
+async def test_a_close_during_a_peer_change_leaves_no_session_behind(fakes: Fakes) -> None:
+    """close() may come while a pass is inside set_peers; nothing may start after it."""
+    speaker = make_speaker(fakes)
+    await speaker.set_peers([peer()])
+    await settle(speaker)
+    (old,) = fakes
+    old.hold_down = True
+    changing = asyncio.ensure_future(speaker.set_peers([peer(hold_time=30)]))
+    await spin(3)
+    closing = asyncio.ensure_future(speaker.close())
+    await spin(3)
+    old.report_down()
+    await asyncio.wait_for(asyncio.gather(changing, closing), 5)
+    await spin()
+    assert [f.alive for f in fakes] == [False]
+    assert speaker.session_states() == {}
+
+
+async def test_set_peers_after_close_starts_nothing(fakes: Fakes) -> None:
+    speaker = make_speaker(fakes)
+    await speaker.close()
+    assert await speaker.set_peers([peer()]) == []
+    await spin()
+    assert fakes == [] and speaker.session_states() == {}
 
 
 async def test_fatal_peer_problems_start_nothing(fakes: Fakes) -> None:
