@@ -7,7 +7,8 @@ and probes are answered while the main loop is busy with a pass.
 a speaker for something a restart cannot fix (DNS, the apiserver). `/readyz` answers 200 when
 nothing is missing, else 503 with the reasons, one a line (`loading`, `apiserver_unreachable`,
 `apiserver_certificate_invalid`, `apiserver_refused`,
-`seeds_unresolved`, `memberlist_key_missing`, `memberlist_bind_failed`).
+`seeds_unresolved`, `memberlist_no_member_answered`, `memberlist_key_missing`,
+`memberlist_bind_failed`).
 
 `/explain?service=NAMESPACE/NAME` answers what this speaker last decided about one Service on its
 node (`ironlb status --explain` reads it): 200 with the JSON document the `explain` callable

@@ -9,10 +9,12 @@ Until membership can speak for the cluster, `members()` returns None and the age
 liveness from the Node Ready condition, as with membership off: every speaker reads the same
 Nodes from the apiserver, so speakers that cannot reach each other still agree on who announces,
 where a speaker alone in its own membership would take every address for itself. Membership
-speaks for the cluster from the first time its seeds resolve (or at once when it has none: it was
-told it is alone), or as soon as another member found it, whichever comes first, and from then
-on for good. Seeds are resolved again every minute after that, because the headless Service
-lists speakers as they come and go.
+speaks for the cluster once another member is heard (it answered a join, or found this one), or
+at once when there is no one to hear: no seeds (told it is alone), or seeds that resolve to this
+member's own address only (a one-node cluster's headless Service); from then on for good. Seeds
+that resolve are not enough: if nobody answers (UDP filtered, keys that differ) the speaker stays
+on Node Ready and names why in its readiness. Seeds are resolved again every minute, because the
+headless Service lists speakers as they come and go.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ REJOIN_EVERY_S = 60.0
 SEEDS_UNRESOLVED = "seeds_unresolved"
 KEY_MISSING = "memberlist_key_missing"
 BIND_FAILED = "memberlist_bind_failed"
+NO_MEMBER_ANSWERED = "memberlist_no_member_answered"
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,7 @@ class Membership:
     # Read by the HTTP server's thread: always replaced whole, never changed in place.
     _reasons: tuple[str, ...] = ()
     _metadata: bytes = b""  # what this member gossips about itself (its data-path readiness)
+    _unanswered_joins: int = 0  # joins sent while no other member was heard yet
 
     def __post_init__(self) -> None:
         self._authoritative = not self.settings.seeds
@@ -135,6 +139,7 @@ class Membership:
     def _take_over(self, why: str) -> None:
         self._authoritative = True
         self._set(SEEDS_UNRESOLVED, False)
+        self._set(NO_MEMBER_ANSWERED, False)
         log.info("membership now decides which speakers are alive", extra={"why": why})
         self.changed.set()
 
@@ -224,5 +229,28 @@ class Membership:
             if now.addresses:
                 member.join(now.addresses)
                 if not self._authoritative:
-                    self._take_over("seeds resolved")
+                    self._joined_before_authority(member, now)
             await asyncio.sleep(retry if retry is not None else self.rejoin_every)
+
+    def _joined_before_authority(
+        self, member: membership_threaded.ThreadedNode, resolution: seeds.Resolution
+    ) -> None:
+        """Membership speaks for the cluster only when it can hear it: a join nobody answers
+        leaves it alone in its own view, where it would own every address."""
+        if all(address == member.node.advertise for address in resolution.addresses):
+            # Nobody else to wait for: a one-node cluster, whose Service lists only this speaker.
+            self._take_over("seeds name only this member")
+            return
+        if len(member.members()) > 1:  # heard since an earlier join, even if no one asked yet
+            self._take_over("another member answered")
+            return
+        self._set(SEEDS_UNRESOLVED, False)
+        self._set(NO_MEMBER_ANSWERED, True)
+        self._unanswered_joins += 1
+        # An answer takes milliseconds: the first join is given until the next one to get it,
+        # so that a cluster that answers logs nothing here; one line per wait, not per join.
+        if self._unanswered_joins == 2:
+            log.warning(
+                "membership seeds resolved but no member answered; liveness from Node Ready",
+                extra={"addresses": ", ".join(str(a) for a in resolution.addresses)},
+            )

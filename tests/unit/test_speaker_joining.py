@@ -56,11 +56,13 @@ def free_port() -> int:
 
 
 def settings(name: str, seed_text: str = "", key_dir: str = "") -> joining.Settings:
+    """A seed without a port gets the member's own, as in the speaker (`--ml-bind-port`)."""
+    port = free_port()
     return joining.Settings(
         name=name,
         bind="127.0.0.1",
-        port=free_port(),
-        seeds=tuple(seeds.parse(seed_text, 7946)),
+        port=port,
+        seeds=tuple(seeds.parse(seed_text, port)),
         key_dir=key_dir,
     )
 
@@ -156,6 +158,63 @@ async def test_a_member_that_found_us_ends_the_wait_for_seeds(
         lambda: lonely.members() == frozenset({"lonely", "finder"}), "lonely sees finder"
     )
     assert lonely.reasons() == ()
+
+
+async def test_seeds_that_nobody_answers_leave_liveness_to_node_ready(
+    running: Callable[[joining.Membership], joining.Membership],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """UDP filtered or keys that differ: alone in its own membership, a speaker would take (and
+    gratuitously ARP) every address; it stays on Node Ready until another member is heard."""
+    caplog.set_level(logging.INFO, logger="speaker.joining")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
+        silent.bind(("127.0.0.1", 0))  # receives the joins, never answers
+        dns = Dns()
+        dns.answer = ["127.0.0.1"]
+        member = running(
+            joining.Membership(
+                settings("a", f"members.metallb-system.svc:{silent.getsockname()[1]}"),
+                CollectorRegistry(),
+                lookup=dns,
+                new_backoff=quick,
+                rejoin_every=0.05,
+            )
+        )
+        await eventually(lambda: dns.asked >= 5, "several joins")
+        assert member.member is not None
+        assert member.members() is None
+        assert member.reasons() == (joining.NO_MEMBER_ANSWERED,)
+        unanswered = lines(
+            caplog, "membership seeds resolved but no member answered; liveness from Node Ready"
+        )
+        assert len(unanswered) == 1
+        assert unanswered[0].levelname == "WARNING"
+        assert unanswered[0].__dict__["addresses"] == f"127.0.0.1:{silent.getsockname()[1]}"
+        assert not lines(caplog, "membership now decides which speakers are alive")
+
+        # Another member is heard: membership speaks for the cluster from then on.
+        member.changed.clear()
+        port = member.member.node.advertise.port
+        running(joining.Membership(settings("b", f"127.0.0.1:{port}"), CollectorRegistry()))
+        await eventually(lambda: member.members() == frozenset({"a", "b"}), "a hears b")
+        assert member.reasons() == ()
+        assert member.changed.is_set()
+        assert len(lines(caplog, "membership now decides which speakers are alive")) == 1
+
+
+async def test_seeds_that_name_only_this_member_are_a_cluster_of_one(
+    running: Callable[[joining.Membership], joining.Membership],
+) -> None:
+    dns = Dns()
+    dns.answer = ["127.0.0.1"]  # the headless Service of a one-node cluster: ourselves
+    member = running(
+        joining.Membership(
+            settings("only", "members.metallb-system.svc"), CollectorRegistry(), lookup=dns
+        )
+    )
+    await eventually(lambda: member.members() == frozenset({"only"}), "decides at once")
+    assert dns.asked == 1  # on the first resolution, not after a wait for an answer
+    assert member.reasons() == ()
 
 
 async def test_no_seeds_means_alone_on_purpose(
