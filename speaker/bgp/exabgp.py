@@ -14,6 +14,8 @@ back out of order and could not be matched to their commands. One at a time cost
 ExaBGP runs in its own session (terminal signals meant for the speaker do not reach it) and
 with PR_SET_PDEATHSIG, so that it dies with the speaker instead of keeping routes alive for a
 speaker that no longer exists; `exabgp.api.terminate=true` does the same if the bridge dies.
+Once ExaBGP has exited, what it left behind (its bridge, reparented to the speaker, which is PID 1
+of its container) is reaped, or killed and reaped (`orphans`).
 """
 
 from __future__ import annotations
@@ -34,11 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speaker.bgp import bridge, events, peers, rendering
+from speaker.bgp import bridge, events, orphans, peers, rendering
 
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+# Resolved here, at import: the forked child (`_die_with_parent`) then only calls it. Loading the
+# library there (dlopen, dlsym) could hang on a loader lock another thread of the speaker held at
+# the fork, since only the forking thread exists in the child.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
 class ExaBGPError(Exception):
@@ -122,8 +128,9 @@ async def _receive_pipes(
 
 
 def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    """Run in the forked child, before the exec, while the speaker has other threads: nothing but
+    the one system call (see `_prctl`)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 class Process:
@@ -149,6 +156,7 @@ class Process:
         self.recent_output: deque[str] = deque(maxlen=40)
         self.exited: asyncio.Event = asyncio.Event()
         self.returncode: int | None = None
+        self._orphans_collected = False
 
     @property
     def pid(self) -> int | None:
@@ -306,6 +314,10 @@ class Process:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         self._tasks = [t for t in self._tasks if t is current]
+        if self._proc is not None and self.exited.is_set() and not self._orphans_collected:
+            self._orphans_collected = True
+            # ExaBGP leads its own session (start_new_session), and its bridge is in it.
+            await orphans.collect(self._proc.pid)
         if self._own_dir and self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._own_dir = False
