@@ -11,7 +11,8 @@ Order of start-up, and why:
    progress and diff-base storages that store nothing, no finalizers (no handler needs one),
    its own Event posting off (we post MetalLB's Events ourselves), no peering objects.
 A lost Lease ends the process at once (exit code 3): the writers already check the Lease before
-every request, and a new replica takes over from a clean start.
+every request, and a new replica takes over from a clean start. A background loop (resync, the
+configuration check) that ends, which only a bug does, ends it too (exit code 1), logged.
 
 Logs are JSON lines (ts, level, msg, logger, plus the record's fields), kopf's included.
 """
@@ -187,6 +188,15 @@ async def _first(*tasks: asyncio.Future[Any]) -> None:
     await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
 
 
+def _failures(tasks: Mapping[str, asyncio.Future[Any]]) -> list[tuple[str, BaseException]]:
+    """The tasks that ended by raising (a cancellation is no failure), by name."""
+    failed = []
+    for name, task in tasks.items():
+        if task.done() and not task.cancelled() and (error := task.exception()) is not None:
+            failed.append((name, error))
+    return failed
+
+
 async def run(options: Options) -> int:
     credentials = kube.load(options.kubeconfig)
     stats = metrics.Metrics()
@@ -248,7 +258,9 @@ async def run(options: Options) -> int:
         extra={"identity": me, "namespace": options.namespace, "lb_class": options.lb_class},
     )
     stopping = asyncio.ensure_future(stop.wait())
-    tasks: list[asyncio.Future[Any]] = []
+    tasks: dict[str, asyncio.Future[Any]] = {}
+    reported: set[str] = set()  # tasks whose failure is logged already
+    background: dict[str, asyncio.Future[Any]] = {}
     kopf_stop = asyncio.Event()
     operator: asyncio.Future[Any] | None = None
     code = 0
@@ -261,7 +273,7 @@ async def run(options: Options) -> int:
         acquiring.result()
         stats.leader.set(1)
         keeping = asyncio.ensure_future(elector.keep())
-        tasks.append(keeping)
+        tasks["lease"] = keeping
         wait, logged = backoff.Backoff(), ""
         while True:  # e.g. the CRDs are not installed yet: keep trying, never decide blind
             try:
@@ -281,7 +293,7 @@ async def run(options: Options) -> int:
         if logged:
             log.info("cluster state listed")
         running = asyncio.ensure_future(reconciler.run())
-        tasks.append(running)
+        tasks["reconciler"] = running
         readying = asyncio.ensure_future(reconciler.ready.wait())
         await _first(readying, running, keeping, stopping)
         if readying.done():
@@ -305,13 +317,16 @@ async def run(options: Options) -> int:
             reporter = config_reporting.Reporter(
                 client, options.namespace, me, may_write=elector.holding
             )
-            tasks += [
-                operator,
-                asyncio.ensure_future(reconciler.resync_forever(options.resync_s)),
+            # Loops that never return and retry API errors themselves: one that ends has hit a
+            # bug. Waited on with the others, so it ends the process (and the Deployment starts
+            # a fresh one) instead of the controller running on without it, saying nothing.
+            background = {
+                "resync": asyncio.ensure_future(reconciler.resync_forever(options.resync_s)),
                 # Problems that got past admission, as conditions and Events on the objects.
-                asyncio.ensure_future(reporter.run_forever()),
-            ]
-            await _first(running, keeping, stopping, operator)
+                "configuration check": asyncio.ensure_future(reporter.run_forever()),
+            }
+            tasks |= {"kopf": operator, **background}
+            await _first(running, keeping, stopping, operator, *background.values())
         else:
             readying.cancel()
         if keeping.done():
@@ -320,6 +335,16 @@ async def run(options: Options) -> int:
             code = EXIT_LEASE_LOST
         elif running.done() and running.exception() is not None:
             log.error("reconciler failed", exc_info=running.exception())
+            reported.add("reconciler")
+            code = 1
+        elif ended := [name for name, task in background.items() if task.done()]:
+            for name in ended:
+                log.error(
+                    "background task ended: exiting",
+                    extra={"task": name},
+                    exc_info=background[name].exception(),
+                )
+            reported.update(ended)
             code = 1
     finally:
         # kopf first, through its own stop flag, so its watch streams close cleanly.
@@ -327,10 +352,15 @@ async def run(options: Options) -> int:
         if operator is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(asyncio.shield(operator), 10)
-        for task in tasks:
+        for task in tasks.values():
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+            await asyncio.wait_for(asyncio.gather(*tasks.values(), return_exceptions=True), 10)
+        # The gather swallows what the tasks raised (kopf's failure, one raised while stopping):
+        # say each once, leaving out those said above.
+        for name, error in _failures(tasks):
+            if name not in reported:
+                log.error("task failed", extra={"task": name}, exc_info=error)
         if code != EXIT_LEASE_LOST:
             await elector.release()
         stopping.cancel()

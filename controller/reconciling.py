@@ -511,8 +511,12 @@ class Reconciler:
                 if e.retryable:
                     log.warning("write failed; will retry", extra={"key": key, "error": str(e)})
                     self._retry_later(kind, key, payload)
-                elif not e.not_found:
-                    log.error("write refused", extra={"key": key, "error": str(e)})
+                else:
+                    # No retry follows, so its count would stay for good: one entry per Event
+                    # name (each is new) or Service that failed retryably first, a slow leak.
+                    self._attempts.pop((kind, key), None)
+                    if not e.not_found:
+                        log.error("write refused", extra={"key": key, "error": str(e)})
                 if kind is Write.STATUS and not e.retryable:
                     self.unconfirmed.pop(key, None)
             finally:

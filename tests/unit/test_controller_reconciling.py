@@ -490,3 +490,54 @@ async def test_a_refused_status_write_is_not_sent_again_until_the_decision_chang
         await asyncio.sleep(0)
     assert api.writes.count(("patch", "services/status")) == 1
     assert ingress(api, "a") == [] and not r._queue
+
+
+class RefusingApi(FakeApi):
+    """Answers the writes of the first object written of one resource (as `kube.resource_of`
+    names it) with errors, in order; every other write goes through."""
+
+    def __init__(self, resource: str, *errors: kube.ApiError) -> None:
+        super().__init__()
+        self.resource, self.errors = resource, list(errors)
+        self.target: tuple[str, str] | None = None
+
+    def _refuse(self, method: str, path: str, body: dict[str, Any]) -> None:
+        which = (path, str(body.get("metadata", {}).get("name")))
+        if kube.resource_of(path) != self.resource or not self.errors:
+            return
+        if self.target is None:
+            self.target = which
+        if which == self.target:
+            self.writes.append((method, kube.resource_of(path)))
+            raise self.errors.pop(0)
+
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._refuse("patch", path, body)
+        return await super().merge_patch(path, body)
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._refuse("create", path, body)
+        return await super().create(path, body)
+
+
+@pytest.mark.parametrize(
+    ("resource", "final"),
+    [
+        ("services/status", kube.ApiError(422, "Invalid", "refused")),
+        ("events", kube.ApiError(404, "NotFound", "namespace gone")),
+    ],
+)
+async def test_a_write_that_ends_refused_after_retries_forgets_its_attempt_count(
+    running: Any, monkeypatch: pytest.MonkeyPatch, resource: str, final: kube.ApiError
+) -> None:
+    """The retry count of a write kept after its last failure stayed for good: one entry per
+    Event name (each is new) or per Service, a slow leak in a long-running controller."""
+    monkeypatch.setattr(reconciling, "RETRY_S", (0.0,))
+    api = RefusingApi(resource, kube.ApiError(503, "ServiceUnavailable", "busy"), final)
+    api.pool("p", "10.0.0.0/32")
+    api.service("a")
+    api.service("b")  # no address left: an AllocationFailed Event
+    r = await running(api)
+    await until("both failures answered", lambda: not api.errors)
+    await until("the refused write ended", lambda: not r._queue and not r._in_flight)
+    assert r._attempts == {}
