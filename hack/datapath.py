@@ -18,11 +18,11 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from hack import hitless, loadgen, objects, witness
 from hack import lab as network_lab
-from hack import loadgen, objects, witness
 from ironlb import annotations as keys
 from ironlb import datapath
 from speaker import election
@@ -277,6 +277,10 @@ class Drained:
     failed_requests: int
     requests: int
     failures: dict[str, Any]  # the load's first failures (kind, time since its start)
+    # Those failures that the move does not explain (`hitless.unexplained_failures`: a
+    # handshake in flight when the ToR's ECMP set or ARP entry changed is reset, whatever the
+    # load balancer does); any other failure, or one not kept in detail, is here.
+    unexplained: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _moved(
@@ -309,6 +313,8 @@ def _under_load(
         took = time.monotonic() - began
         time.sleep(2.0)  # and after it: connections through the new path
         report = load.stop()
+    # The ToR is polled: the move happened at most one poll before it was seen.
+    move = began + took
     return Drained(
         how,
         mode,
@@ -320,6 +326,7 @@ def _under_load(
             "first": report["first_failures"][:5],
             "began_s": began - float(report["started_monotonic"]),
         },
+        hitless.unexplained_failures(report, [vip], [move]),
     )
 
 
