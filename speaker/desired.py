@@ -203,10 +203,45 @@ class _L2Candidacy:
     not_ready: frozenset[str]
 
 
+class _Electorate:
+    """One pass's nodes, read once: who passes its own checks, and for each distinct set of
+    advertisements the nodes it selects and their preference scores.
+
+    Services share a few sets of advertisements, so a pass costs (distinct sets x Nodes) +
+    (Services x candidates) instead of reading every Node's labels for every Service.
+    """
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._usable = election.usable(
+            snapshot.nodes.values(), snapshot.alive, snapshot.ignore_exclude_lb
+        )
+        # Keyed by the advertisements' identities: they live in snapshot.config for the pass.
+        self._by_ads: dict[tuple[int, ...], tuple[frozenset[str], Mapping[str, int]]] = {}
+
+    def selected(
+        self, ads: tuple[model.L2Advertisement, ...]
+    ) -> tuple[frozenset[str], Mapping[str, int]]:
+        key = tuple(id(ad) for ad in ads)
+        found = self._by_ads.get(key)
+        if found is None:
+            names = election.selected(self._usable, ads)
+            found = (
+                names,
+                election.scores_of([u for u in self._usable if u[0].name in names], ads),
+            )
+            self._by_ads[key] = found
+        return found
+
+
 def _l2_candidacy(
-    snapshot: Snapshot, service: Service, pool: model.IPAddressPool, not_ready: _NotReady
+    snapshot: Snapshot,
+    service: Service,
+    pool: model.IPAddressPool,
+    not_ready: _NotReady,
+    electorate: _Electorate,
 ) -> _L2Candidacy | Reason:
-    """The nodes that may announce this Service's addresses, or why nobody may."""
+    """The nodes that may announce this Service's addresses, or why nobody may (the same
+    answer as `election.eligible` and `election.scores` over every Node)."""
     if not can_serve(service):
         return Reason.NO_ENDPOINTS
     ads = tuple(
@@ -219,15 +254,11 @@ def _l2_candidacy(
     if not ads:
         return Reason.NO_MATCHING_ADVERTISEMENT
     unready = not_ready.for_service(service)
-    candidates = election.eligible(
-        snapshot.nodes.values(),
-        frozenset(snapshot.alive),
-        ads,
-        endpoint_nodes=endpoint_nodes(service) if service.local else None,
-        ignore_exclude_label=snapshot.ignore_exclude_lb,
-        not_ready=unready,
-    )
-    scores = election.scores((snapshot.nodes[n] for n in candidates), ads)
+    selected, selected_scores = electorate.selected(ads)
+    candidates = selected - unready
+    if service.local:
+        candidates &= endpoint_nodes(service)
+    scores = {n: s for n, s in selected_scores.items() if n in candidates}
     return _L2Candidacy(candidates, scores, ads, unready)
 
 
@@ -281,6 +312,7 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
     reasons: dict[str, Why] = {}
     messages: dict[str, str] = {}
     not_ready = snapshot.not_ready()
+    electorate = _Electorate(snapshot)
     # address -> (candidates, scores, [(service, candidacy)], election keys) merged over the
     # Services holding it.
     per_address: dict[
@@ -301,7 +333,7 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
             if pool is None:
                 candidacy = Reason.IP_NOT_ALLOWED
             else:
-                candidacy = _l2_candidacy(snapshot, service, pool, not_ready)
+                candidacy = _l2_candidacy(snapshot, service, pool, not_ready, electorate)
         if isinstance(candidacy, Reason):
             reasons[service.key] = candidacy
             messages[service.key] = _NO_CANDIDACY_MESSAGES.get(candidacy, "")

@@ -72,6 +72,35 @@ def excluded(node: NodeInfo, ignore_exclude_label: bool = False) -> bool:
     return keys.EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS in labels and not ignore_exclude_label
 
 
+def usable(
+    nodes: Iterable[NodeInfo], alive: frozenset[str], ignore_exclude_label: bool = False
+) -> tuple[tuple[NodeInfo, Mapping[str, str]], ...]:
+    """The nodes that pass every check of their own (a live speaker, not NetworkUnavailable,
+    not excluded, not leaving), each with its labels read once.
+
+    The cheap checks come before the labels are read: at 1,000 Nodes with a handful of live
+    speakers, reading every Node's labels for every Service was most of a pass.
+    """
+    out: list[tuple[NodeInfo, Mapping[str, str]]] = []
+    for node in nodes:
+        if node.name not in alive or node.network_unavailable or node.drain is not None:
+            continue
+        if excluded(node, ignore_exclude_label):
+            continue
+        out.append((node, model.label_map(node.labels)))
+    return tuple(out)
+
+
+def selected(
+    usable_nodes: Iterable[tuple[NodeInfo, Mapping[str, str]]],
+    ads: Sequence[model.L2Advertisement],
+) -> frozenset[str]:
+    """The usable nodes some of these advertisements select."""
+    return frozenset(
+        node.name for node, labels in usable_nodes if any(_selected(ad, labels) for ad in ads)
+    )
+
+
 def eligible(
     nodes: Iterable[NodeInfo],
     alive: frozenset[str],
@@ -87,21 +116,10 @@ def eligible(
     endpoint_nodes, for externalTrafficPolicy Local, the nodes hosting a serving endpoint;
     not_ready, the nodes whose data path (kube-proxy) is not ready for this service.
     """
-    out: set[str] = set()
-    for node in nodes:
-        labels = model.label_map(node.labels)
-        if node.name not in alive or node.network_unavailable:
-            continue
-        if excluded(node, ignore_exclude_label) or node.drain is not None:
-            continue
-        if node.name in not_ready:
-            continue
-        if not any(_selected(ad, labels) for ad in ads):
-            continue
-        if endpoint_nodes is not None and node.name not in endpoint_nodes:
-            continue
-        out.add(node.name)
-    return frozenset(out)
+    out = selected(usable(nodes, alive, ignore_exclude_label), ads) - not_ready
+    if endpoint_nodes is not None:
+        out &= endpoint_nodes
+    return out
 
 
 def scores(nodes: Iterable[NodeInfo], ads: Sequence[model.L2Advertisement]) -> dict[str, int]:
@@ -109,11 +127,20 @@ def scores(nodes: Iterable[NodeInfo], ads: Sequence[model.L2Advertisement]) -> d
 
     An advertisement's preferences count only for nodes its nodeSelectors select.
     """
+    return scores_of(((node, model.label_map(node.labels)) for node in nodes), ads)
+
+
+def scores_of(
+    nodes: Iterable[tuple[NodeInfo, Mapping[str, str]]], ads: Sequence[model.L2Advertisement]
+) -> dict[str, int]:
+    """`scores` over nodes whose labels are already read."""
+    weighted = [ad for ad in ads if ad.preferred_node_selectors]
     out: dict[str, int] = {}
-    for node in nodes:
-        labels = model.label_map(node.labels)
+    if not weighted:
+        return out
+    for node, labels in nodes:
         total = 0
-        for ad in ads:
+        for ad in weighted:
             if _selected(ad, labels):
                 total += sum(
                     p.weight for p in ad.preferred_node_selectors if p.preference.matches(labels)

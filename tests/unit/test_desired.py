@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ironlb import addresses, datapath, model, selectors
 from ironlb import annotations as keys
-from speaker import desired
+from speaker import desired, election
 
 POOL = model.IPAddressPool(
     name=model.PoolName("pool"),
@@ -713,3 +713,94 @@ def test_a_lag_list_cut_by_gossip_still_gives_every_service_one_announcer() -> N
     assert 0 in split  # the disagreement the gossiped view prevents
     agreed = announced({"iris1": {"iris1": gossiped}, "iris2": {"iris1": gossiped}})
     assert agreed == [1] * len(services)
+
+
+# --- the per-pass electorate is the election over every Node ------------------------------------
+
+_NODE_NAMES = ("n1", "n2", "n3", "n4", "n5")
+_LABELS = st.fixed_dictionaries(
+    {},
+    optional={
+        "zone": st.sampled_from(["a", "b"]),
+        "role": st.sampled_from(["edge", "worker"]),
+        keys.EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: st.just(""),
+    },
+)
+_SELECTOR = st.builds(
+    lambda zone, role: sel(**{k: v for k, v in (("zone", zone), ("role", role)) if v}),
+    st.sampled_from(["", "a", "b"]),
+    st.sampled_from(["", "edge", "worker"]),
+)
+_DRAIN = datapath.Drain(next(iter(datapath.Reason)), "leaving")
+
+
+@st.composite
+def _electorate_case(draw: st.DrawFn) -> tuple[desired.Snapshot, desired.Service]:
+    nodes = [
+        desired.Node(
+            model.NodeName(name),
+            tuple(sorted(draw(_LABELS).items())),
+            network_unavailable=draw(st.booleans()),
+            drain=draw(st.sampled_from([None, None, _DRAIN])),
+        )
+        for name in draw(st.sets(st.sampled_from(_NODE_NAMES), min_size=1))
+    ]
+    ads = [
+        l2ad(
+            f"l2-{i}",
+            node_selectors=tuple(draw(st.lists(_SELECTOR, max_size=2))),
+            preferred_node_selectors=tuple(
+                model.PreferredNodeSelector(draw(st.integers(1, 100)), draw(_SELECTOR))
+                for _ in range(draw(st.integers(0, 2)))
+            ),
+        )
+        for i in range(draw(st.integers(1, 3)))
+    ]
+    service = svc(
+        local=draw(st.booleans()),
+        endpoints=[ep(n) for n in draw(st.sets(st.sampled_from(_NODE_NAMES), min_size=1))],
+    )
+    readiness = {
+        n: datapath.NodeReadiness(
+            proxy_ready=draw(st.booleans()),
+            unready_local=frozenset(draw(st.sets(st.just(service.key)))),
+        )
+        for n in draw(st.sets(st.sampled_from(_NODE_NAMES)))
+    }
+    snap = snapshot(
+        [service],
+        nodes,
+        l2=ads,
+        alive=draw(st.sets(st.sampled_from(_NODE_NAMES))),
+        ignore_exclude_lb=draw(st.booleans()),
+        readiness=readiness,
+    )
+    return snap, service
+
+
+@settings(max_examples=300)
+@given(_electorate_case())
+def test_candidacy_from_the_pass_electorate_is_the_election_over_every_node(
+    case: tuple[desired.Snapshot, desired.Service],
+) -> None:
+    """The pass reads each Node once and shares it between Services; the answer stays the
+    definition's: `election.eligible` and `election.scores` over every Node."""
+    snap, service = case
+    not_ready = snap.not_ready()
+    electorate = desired._Electorate(snap)
+    got = desired._l2_candidacy(snap, service, POOL, not_ready, electorate)
+    assert isinstance(got, desired._L2Candidacy)
+    want = election.eligible(
+        snap.nodes.values(),
+        snap.alive,
+        snap.config.l2_advertisements,
+        endpoint_nodes=desired.endpoint_nodes(service) if service.local else None,
+        ignore_exclude_label=snap.ignore_exclude_lb,
+        not_ready=not_ready.for_service(service),
+    )
+    assert got.candidates == want
+    assert got.scores == election.scores(
+        (snap.nodes[n] for n in want), snap.config.l2_advertisements
+    )
+    # Asked again (another Service with the same advertisements), the cached answer is the same.
+    assert desired._l2_candidacy(snap, service, POOL, not_ready, electorate) == got
