@@ -892,11 +892,13 @@ class Agent:
         return True
 
     async def run(self) -> None:
-        """Reconcile whenever something changed, pausing after each pass as long as it took."""
+        """Reconcile whenever something changed; the next pass starts no sooner after the end
+        of the last one than that pass took (`pause_s`)."""
         self.dirty.set()
+        ended = time.monotonic()
         while True:
             await self.dirty.wait()
-            await _pause_after(self.last_pass_s)
+            await asyncio.sleep(pause_s(self.last_pass_s, time.monotonic() - ended))
             self.dirty.clear()
             began = time.monotonic()
             try:
@@ -905,7 +907,8 @@ class Agent:
                 log.warning("reconcile failed; will retry", extra={"error": str(e)})
                 await asyncio.sleep(1.0)
                 self.dirty.set()
-            self.last_pass_s = time.monotonic() - began
+            ended = time.monotonic()
+            self.last_pass_s = ended - began
             PASS_SECONDS.observe(self.last_pass_s)
             if self.last_pass_s > SLOW_PASS_S:
                 log.info(
@@ -979,10 +982,17 @@ def _local_targets(snap: desired.Snapshot, me: str) -> dict[str, int]:
     }
 
 
+def pause_s(busy_s: float, idle_s: float) -> float:
+    """How long to wait before the next pass: the last pass's duration (within bounds), so
+    that passes never take more than about half of the loop, counted from the end of that
+    pass. Time spent idle since then already counts: an event after a quiet minute waits
+    only the debounce, not the last pass's length again."""
+    return max(DEBOUNCE_S, min(busy_s, MAX_PAUSE_S) - idle_s)
+
+
 async def _pause_after(busy_s: float) -> None:
-    """As long as the work just done took (within bounds), so that it never takes more than
-    about half of the loop."""
-    await asyncio.sleep(max(DEBOUNCE_S, min(busy_s, MAX_PAUSE_S)))
+    """`pause_s` right after the work: as long as it took (within bounds)."""
+    await asyncio.sleep(pause_s(busy_s, 0.0))
 
 
 def _decoded(data: Any, key: str) -> str | None:
