@@ -14,6 +14,7 @@ import prometheus_client
 from aiohttp import web
 
 from controller import allocator, webhook
+from ironlb_io import listening
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ class Server:
     """`/metrics`, `/healthz` and `/readyz` over plain HTTP (port 0 picks a free one)."""
 
     def __init__(
-        self, metrics: Metrics, ready: Callable[[], bool], *, host: str = "0.0.0.0", port: int
+        self, metrics: Metrics, ready: Callable[[], bool], *, host: str | None = None, port: int
     ) -> None:
         self.metrics, self._ready = metrics, ready
         self.host, self.requested_port, self.port = host, port, 0
@@ -159,10 +160,11 @@ class Server:
         app.router.add_get("/readyz", readyz)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.requested_port)
+        sock = listening.listen(self.requested_port, self.host)
+        site = web.SockSite(runner, sock)
         await site.start()
         self._runner = runner
-        self.port = runner.addresses[0][1]
+        self.port = listening.port_of(sock)
 
     async def stop(self) -> None:
         if self._runner is not None:

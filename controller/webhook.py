@@ -32,6 +32,7 @@ from aiohttp import web
 
 from controller import certs
 from ironlb import honouring, model, parsing, validation
+from ironlb_io import listening
 
 log = logging.getLogger(__name__)
 
@@ -326,7 +327,7 @@ class WebhookServer:
         lister: Lister,
         namespace: str,
         *,
-        host: str = "0.0.0.0",
+        host: str | None = None,
         port: int = 9443,
         certificate: certs.ServingCertificate | None = None,
         hosts: Sequence[str] = ("localhost", "127.0.0.1"),
@@ -351,22 +352,20 @@ class WebhookServer:
         return self.certificate.ca_pem
 
     def url(self, kind: str | None = None) -> str:
-        host = self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1"
+        host = "127.0.0.1" if self.host in (None, "0.0.0.0", "::") else str(self.host)
+        if ":" in host:
+            host = f"[{host}]"
         path = PATHS[kind] if kind else "/validate"
         return f"https://{host}:{self.port}{path}"
 
     async def start(self) -> None:
         runner = web.AppRunner(self._app, access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(
-            runner,
-            self.host,
-            self.requested_port,
-            ssl_context=self._context,
-        )
+        sock = listening.listen(self.requested_port, self.host)
+        site = web.SockSite(runner, sock, ssl_context=self._context)
         await site.start()
         self._runner = runner
-        self.port = runner.addresses[0][1]
+        self.port = listening.port_of(sock)
 
     async def stop(self) -> None:
         if self._runner is not None:

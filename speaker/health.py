@@ -20,15 +20,18 @@ runs in this thread: it must only read what the main loop published.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.simple_server import WSGIRequestHandler
 
 import prometheus_client
 from prometheus_client import exposition
 from prometheus_client import registry as prom_registry
+
+from ironlb_io import listening
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 # Service key "namespace/name" -> this node's verdict document, or None for an unknown Service.
@@ -127,22 +130,30 @@ def _text(start_response: StartResponse, status: str, body: str) -> list[bytes]:
     return _send(start_response, status, "text/plain; charset=utf-8", body)
 
 
+class _WSGIServer(exposition.ThreadingWSGIServer):
+    """prometheus_client's threading WSGI server on a socket made by `ironlb_io.listening`
+    (both families), not one it binds itself (IPv4 only)."""
+
+    def __init__(self, sock: socket.socket, application: Any) -> None:
+        super().__init__(("127.0.0.1", 0), _Quiet, bind_and_activate=False)
+        self.socket.close()
+        self.socket = sock
+        self.server_address = sock.getsockname()
+        self.server_name, self.server_port = str(self.server_address[0]), listening.port_of(sock)
+        self.setup_environ()
+        self.set_app(application)
+
+
 class Server:
     def __init__(
         self,
         port: int,
         registry: prom_registry.CollectorRegistry,
         not_ready: Callable[[], Sequence[str]],
-        host: str = "0.0.0.0",
+        host: str | None = None,
         explain: Explain | None = None,
     ) -> None:
-        self._server = make_server(
-            host,
-            port,
-            app(registry, not_ready, explain),
-            server_class=exposition.ThreadingWSGIServer,
-            handler_class=_Quiet,
-        )
+        self._server = _WSGIServer(listening.listen(port, host), app(registry, not_ready, explain))
         self.port: int = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
         self._thread.start()
