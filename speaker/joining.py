@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,8 @@ from speaker.membership import threaded as membership_threaded
 log = logging.getLogger(__name__)
 
 REJOIN_EVERY_S = 60.0
+# How often the mounted key is read again (a rotated Secret reaches the files within minutes).
+KEY_POLL_S = 10.0
 # Readiness reasons, as /readyz names them.
 SEEDS_UNRESOLVED = "seeds_unresolved"
 KEY_MISSING = "memberlist_key_missing"
@@ -73,6 +76,8 @@ class Membership:
     lookup: seeds.Lookup = seeds.system_lookup
     new_backoff: Callable[[], backoff.Backoff] = backoff.Backoff
     rejoin_every: float = REJOIN_EVERY_S
+    key_poll_s: float = KEY_POLL_S
+    key_seal_old_s: float = sealing.SEAL_OLD_S
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     member: membership_threaded.ThreadedNode | None = None
     resolution: seeds.Resolution | None = None
@@ -121,14 +126,17 @@ class Membership:
         keyring = await self._keyring() if self.settings.key_dir else None
         self.member = await self._start(keyring)
         self.changed.set()
-        relay = asyncio.ensure_future(self._relay(self.member))
+        tasks = [asyncio.ensure_future(self._relay(self.member))]
+        if keyring is not None:
+            tasks.append(asyncio.ensure_future(self._follow_key(self.member, keyring)))
         try:
             if self.settings.seeds:
                 await self._resolve_forever(self.member)
             else:
-                await relay
+                await asyncio.gather(*tasks)
         finally:
-            relay.cancel()
+            for task in tasks:
+                task.cancel()
 
     async def _relay(self, member: membership_threaded.ThreadedNode) -> None:
         while True:
@@ -176,6 +184,49 @@ class Membership:
                 log.info("membership key found", extra={"path": self.settings.key_dir})
             self._set(KEY_MISSING, False)
             return keyring
+
+    async def _follow_key(
+        self, member: membership_threaded.ThreadedNode, in_use: sealing.Keyring
+    ) -> None:
+        """Read the mounted key again every KEY_POLL_S; a changed one is taken in steps
+        (`sealing.Rotation`), so that speakers reading it minutes apart keep hearing each
+        other. A key that cannot be read (the files being swapped) leaves the one in use."""
+        read = in_use
+        rotation: sealing.Rotation | None = None
+        failing = ""
+        while True:
+            await asyncio.sleep(self.key_poll_s)
+            try:
+                latest = await asyncio.to_thread(read_keyring, self.settings.key_dir)
+            except OSError as e:
+                if str(e) != failing:
+                    failing = str(e)
+                    log.warning(
+                        "membership key unreadable; keeping the one in use",
+                        extra={"path": self.settings.key_dir, "error": failing},
+                    )
+                continue
+            failing = ""
+            now = time.monotonic()
+            if latest != read:
+                read = latest
+                rotation = sealing.Rotation(in_use, latest, now, self.key_seal_old_s)
+                log.info(
+                    "membership key changed; sealing with the previous one a while longer",
+                    extra={
+                        "keys": len(latest.keys),
+                        "seal_previous_s": self.key_seal_old_s,
+                        "open_previous_s": 2 * self.key_seal_old_s,
+                    },
+                )
+            if rotation is None:
+                continue
+            wanted = rotation.at(now)
+            if wanted != in_use:
+                in_use = wanted
+                await asyncio.to_thread(member.set_keyring, wanted)
+            if rotation.done(now):
+                rotation = None
 
     async def _start(self, keyring: sealing.Keyring | None) -> membership_threaded.ThreadedNode:
         wait = self.new_backoff()

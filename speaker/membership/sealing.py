@@ -76,6 +76,40 @@ class Keyring:
         return not self.keys
 
 
+# A key read anew while running (a Secret's mounted files change when GitOps or a person
+# rotates it) reaches the speakers over up to two minutes (the kubelet's sync period plus its
+# cache). Sealing with the new key at once would make the speakers that have not read it yet
+# drop this one's datagrams and declare it dead. So a speaker keeps sealing with its previous
+# key for SEAL_OLD_S while opening both, and opens the previous key for twice that in all: a
+# speaker that reads the change up to SEAL_OLD_S later still seals with it until then.
+SEAL_OLD_S = 180.0
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """From the keyring in use to one read anew at `since` (seconds, any monotonic clock)."""
+
+    old: Keyring
+    new: Keyring
+    since: float
+    seal_old_s: float = SEAL_OLD_S  # opens the old key twice as long
+
+    def at(self, now: float) -> Keyring:
+        """The keyring to use at `now`: the old key seals, then the new; the old one opens
+        until the end."""
+        elapsed = now - self.since
+        if elapsed < self.seal_old_s:
+            keys = self.old.keys[:1] + self.new.keys + self.old.keys[1:]
+        elif elapsed < 2 * self.seal_old_s:
+            keys = self.new.keys + self.old.keys
+        else:
+            keys = self.new.keys
+        return Keyring(tuple(dict.fromkeys(keys)))
+
+    def done(self, now: float) -> bool:
+        return now - self.since >= 2 * self.seal_old_s
+
+
 class Sealer:
     """Seals outgoing packets; one per sender process (it owns the nonce sequence)."""
 

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Iterable
 
 from speaker import loop_thread
-from speaker.membership import messages
+from speaker.membership import messages, sealing
 from speaker.membership import node as node_module
 
 
@@ -64,6 +64,9 @@ class ThreadedNode:
             self.node.set_metadata(data)  # not started: nothing runs on the node yet
             return
         self._thread.call_blocking(lambda: self.node.set_metadata(data))
+
+    def set_keyring(self, keyring: sealing.Keyring) -> None:
+        self._loop_thread().call_blocking(lambda: self.node.set_keyring(keyring))
 
     def join(self, seeds: Iterable[messages.Address]) -> None:
         seed_list = list(seeds)

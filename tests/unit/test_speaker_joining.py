@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from ironlb import backoff
 from speaker import joining, seeds
+from speaker.membership import sealing
 
 EVENTUALLY_S = 20.0
 
@@ -289,3 +290,64 @@ async def test_an_address_that_cannot_be_bound_yet_is_retried(
     await eventually(lambda: member.members() == frozenset({"late"}), "bound once free")
     assert member.reasons() == ()
     assert len(lines(caplog, "membership bound its address")) == 1
+
+
+async def test_a_rotated_key_read_at_different_moments_drops_no_datagram(
+    running: Callable[[joining.Membership], joining.Membership],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Secret rotated by GitOps reaches the speakers' files minutes apart: each keeps sealing
+    with the old key a while, so nobody drops the other's datagrams and both end on the new
+    key alone."""
+    caplog.set_level(logging.INFO, logger="speaker.joining")
+    dirs = {name: tmp_path / name for name in ("a", "b")}
+    for d in dirs.values():
+        d.mkdir()
+        (d / "secretkey").write_text("first key\n")
+    first = running(
+        joining.Membership(
+            settings("a", key_dir=str(dirs["a"])),
+            CollectorRegistry(),
+            new_backoff=quick,
+            key_poll_s=0.05,
+            key_seal_old_s=1.0,
+        )
+    )
+    await eventually(lambda: first.member is not None, "a started")
+    assert first.member is not None
+    dns = Dns()
+    dns.answer = ["127.0.0.1"]
+    second = running(
+        joining.Membership(
+            settings("b", f"a-seed:{first.member.node.bind.port}", key_dir=str(dirs["b"])),
+            CollectorRegistry(),
+            lookup=dns,
+            new_backoff=quick,
+            key_poll_s=0.05,
+            key_seal_old_s=1.0,
+        )
+    )
+    both = frozenset({"a", "b"})
+    await eventually(lambda: first.members() == both == second.members(), "a and b joined")
+    assert second.member is not None
+    nodes = (first.member.node, second.member.node)
+    new = sealing.Keyring.from_secrets([b"second key"])
+
+    (dirs["a"] / "secretkey").write_text("second key\n")
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 0.7
+    while loop.time() < end:  # b reads the new key 0.7 s after a
+        assert first.members() == both == second.members()
+        await asyncio.sleep(0.05)
+    (dirs["b"] / "secretkey").write_text("second key\n")
+    await eventually(
+        lambda: all(n._sealer.keyring == new for n in nodes), "both on the new key alone"
+    )
+    assert first.members() == both == second.members()
+    for n in nodes:
+        assert not n.drops, n.drops
+    assert (
+        len(lines(caplog, "membership key changed; sealing with the previous one a while longer"))
+        == 2
+    )

@@ -127,3 +127,57 @@ def test_hostile_bytes_are_dropped_never_raised(data: bytes) -> None:
 def test_sealed_then_opened_is_identity(packet: bytes, secret: bytes) -> None:
     keyring = sealing.Keyring.from_secrets([secret])
     assert sealing.Opener(keyring).open(sealing.Sealer(keyring).seal(packet)) == packet
+
+
+# --- a key read anew while running ------------------------------------------------------------
+
+K1, K2 = (
+    sealing.Keyring.from_secrets([b"k1"]).keys[0],
+    sealing.Keyring.from_secrets([b"k2"]).keys[0],
+)
+S = sealing.SEAL_OLD_S
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "keys"),
+    [
+        (0.0, (K1, K2)),  # the old key seals, both open
+        (S - 1, (K1, K2)),
+        (S, (K2, K1)),  # the new key seals, the old still opens
+        (2 * S - 1, (K2, K1)),
+        (2 * S, (K2,)),  # the old key is gone
+    ],
+)
+def test_a_rotation_seals_with_the_old_key_then_the_new_and_drops_the_old_last(
+    elapsed: float, keys: tuple[bytes, ...]
+) -> None:
+    rotation = sealing.Rotation(sealing.Keyring((K1,)), sealing.Keyring((K2,)), since=100.0)
+    assert rotation.at(100.0 + elapsed).keys == keys
+    assert rotation.done(100.0 + elapsed) == (elapsed >= 2 * S)
+
+
+def test_a_rotation_to_a_keyring_holding_the_old_key_repeats_no_key() -> None:
+    rotation = sealing.Rotation(sealing.Keyring((K1,)), sealing.Keyring((K2, K1)), since=0.0)
+    assert rotation.at(0.0).keys == (K1, K2)
+    assert rotation.at(S).keys == (K2, K1)
+    assert rotation.at(2 * S).keys == (K2, K1)
+
+
+@settings(max_examples=500)
+@given(
+    skew=st.floats(min_value=0.0, max_value=S, allow_nan=False),
+    t=st.floats(min_value=-10.0, max_value=4 * S, allow_nan=False),
+)
+def test_speakers_that_read_the_new_key_up_to_seal_old_s_apart_always_open_each_other(
+    skew: float, t: float
+) -> None:
+    """Whatever either seals with at any moment, the other opens (the first reads the change at
+    0, the second `skew` later; before reading it a speaker uses the old keyring alone)."""
+    old, new = sealing.Keyring((K1,)), sealing.Keyring((K2,))
+
+    def keyring(read_at: float) -> sealing.Keyring:
+        return old if t < read_at else sealing.Rotation(old, new, read_at).at(t)
+
+    first, second = keyring(0.0), keyring(skew)
+    assert first.keys[0] in second.keys
+    assert second.keys[0] in first.keys
