@@ -48,7 +48,9 @@ class Reporter:
         for kind in model.CONFIG_KINDS:
             items, _ = await self.client.list(self._path(kind))
             objects[kind] = items
-        secret_items, _ = await self.client.list(kube.core_path("secrets", self.namespace))
+        secret_items, _ = await self.client.list(
+            kube.core_path("secrets", self.namespace), metadata_only=True
+        )
         raw: dict[str, list[Any]] = {k: list(v) for k, v in objects.items()}
         raw[model.SECRET] = [{"metadata": {"name": s["metadata"]["name"]}} for s in secret_items]
         config, problems = parsing.parse_config(raw)

@@ -157,7 +157,9 @@ def registry(reconciler: reconciling.Reconciler, credentials: kube.Credentials) 
 def lister(client: kube.Client, namespace: str) -> webhook.Lister:
     async def list_kind(kind: str) -> list[Mapping[str, Any]]:
         if kind == model.SECRET:
-            secrets_, _ = await client.list(kube.core_path("secrets", namespace))
+            secrets_, _ = await client.list(
+                kube.core_path("secrets", namespace), metadata_only=True
+            )
             return [{"metadata": {"name": s["metadata"]["name"]}} for s in secrets_]
         plural, versions = model.RESOURCES[kind]
         items, _ = await client.list(kube.group_path(model.GROUP, versions[-1], plural, namespace))

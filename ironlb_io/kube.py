@@ -39,6 +39,9 @@ WATCH_QUIET_S = 300.0  # the longest a watch without `timeoutSeconds` may be sil
 WATCH_READ_SLACK_S = 30.0  # beyond the server's own end of a watch, before we call it dead
 LIST_CHUNK = 500
 
+JSON = "application/json"
+# Items as PartialObjectMetadata (apiVersion meta.k8s.io/v1); plain JSON if a server cannot.
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 Object = dict[str, Any]
@@ -293,8 +296,8 @@ class Client:
     def total_writes(self) -> int:
         return sum(self.writes.values())
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+    def _headers(self, content_type: str | None, accept: str = JSON) -> dict[str, str]:
+        headers = {"Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
         token = self.credentials.bearer()
@@ -309,7 +312,8 @@ class Client:
         *,
         params: Mapping[str, str] | None = None,
         body: Any = None,
-        content_type: str = "application/json",
+        content_type: str = JSON,
+        accept: str = JSON,
     ) -> Any:
         session = self._open()
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
@@ -326,7 +330,7 @@ class Client:
                 path,
                 params=params,
                 data=data,
-                headers=self._headers(content_type if data is not None else None),
+                headers=self._headers(content_type if data is not None else None, accept),
             ) as response:
                 raw = await response.read()
                 if response.status >= 400:
@@ -335,8 +339,10 @@ class Client:
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise _unavailable(f"{method} {path}", e) from e
 
-    async def get(self, path: str, params: Mapping[str, str] | None = None) -> Object:
-        result: Object = await self.request("GET", path, params=params)
+    async def get(
+        self, path: str, params: Mapping[str, str] | None = None, *, accept: str = JSON
+    ) -> Object:
+        result: Object = await self.request("GET", path, params=params, accept=accept)
         return result
 
     async def list(
@@ -346,14 +352,18 @@ class Client:
         *,
         chunk: int = LIST_CHUNK,
         keep: Callable[[Object], Object] | None = None,
+        metadata_only: bool = False,
     ) -> tuple[list[Object], str]:
         """Every item (following `continue`) and the list's resourceVersion; `keep`, if
-        given, replaces each item as its page arrives (a slim copy)."""
+        given, replaces each item as its page arrives (a slim copy). `metadata_only` asks for
+        the items' metadata alone (PartialObjectMetadata): a Secret's data never travels when
+        only its name is needed."""
         items: list[Object] = []
         query = dict(params or {})
         query["limit"] = str(chunk)
+        accept = METADATA_LIST if metadata_only else JSON
         while True:
-            page = await self.get(path, query)
+            page = await self.get(path, query, accept=accept)
             found = page.get("items") or []
             items.extend(found if keep is None else (keep(item) for item in found))
             meta = page.get("metadata") or {}

@@ -116,3 +116,27 @@ def test_a_watch_the_server_ends_is_resumed_without_a_relist(
             task.cancel()
 
     run(kubeconfig, scenario)
+
+
+def test_a_metadata_only_list_carries_names_and_no_secret_data(
+    kubeconfig: str, test_namespace: str
+) -> None:
+    """The controller needs Secrets' names only (dangling references); their data must not
+    travel (PartialObjectMetadataList), page after page."""
+    path = kube.core_path("secrets", test_namespace)
+
+    async def scenario(client: kube.Client) -> None:
+        for i in range(3):
+            await client.create(
+                path, {"metadata": {"name": f"s{i}"}, "stringData": {"password": "hunter2"}}
+            )
+        full, _ = await client.list(path)
+        assert all("data" in s for s in full if s["metadata"]["name"].startswith("s"))
+        items, version = await client.list(path, chunk=2, metadata_only=True)
+        assert version
+        assert {"s0", "s1", "s2"} <= {i["metadata"]["name"] for i in items}
+        for item in items:
+            assert item.get("kind") == "PartialObjectMetadata", item
+            assert "data" not in item and "stringData" not in item, item
+
+    run(kubeconfig, scenario)
