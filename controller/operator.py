@@ -205,6 +205,9 @@ async def run(options: Options) -> int:
     client = kube.Client(credentials, on_write=stats.count_write)
     # The Lease has its own connection: renewals must never queue behind a burst of writes.
     lease_client = kube.Client(credentials, concurrency=1, on_write=stats.count_write)
+    # So has the webhook: its reads answer an apply within the apiserver's timeout and must not
+    # queue behind the reconciler's writes (it writes nothing).
+    webhook_client = kube.Client(credentials, concurrency=2)
     me = identity()
     elector = leader.Elector(
         lease_client, options.namespace, options.lease_name, me, options.lease_duration
@@ -242,7 +245,7 @@ async def run(options: Options) -> int:
         if options.webhook_cert_dir:
             certificate = certs.load_dir(options.webhook_cert_dir)
         hook = webhook.WebhookServer(
-            lister(client, options.namespace),
+            lister(webhook_client, options.namespace),
             options.namespace,
             port=options.webhook_port,
             certificate=certificate,
@@ -372,6 +375,7 @@ async def run(options: Options) -> int:
             await server.stop()
         await client.close()
         await lease_client.close()
+        await webhook_client.close()
         writes = client.total_writes + lease_client.total_writes
         log.info("stopped", extra={"writes": writes, "exit_code": code})
     return code
