@@ -44,13 +44,13 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hack import cluster as local_cluster  # noqa: E402
+from hack import processes  # noqa: E402
 from ironlb_io import kube  # noqa: E402
 
 NAMESPACE = "metallb-system"
@@ -418,10 +418,6 @@ async def bench(kubeconfig: str, counts: list[int], *, live: bool, cleanup: bool
     return {**runs[-1], "runs": runs}
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1,000 Services, no live phase")
@@ -429,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # A SIGTERM (a `timeout` around the run) unwinds like Ctrl-C, so the temporary cluster is
     # stopped rather than left running.
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, processes.interrupt)
     counts = [1000] if args.quick else [1000, 10000]
     cluster = None
     kubeconfig = args.kubeconfig

@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import functools
 import http.client
 import ipaddress
 import json
@@ -43,17 +44,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import figures  # noqa: E402
-from hack import deploy, objects, witness  # noqa: E402
+from hack import deploy, objects, processes, witness  # noqa: E402
 from hack import lab as network_lab  # noqa: E402
 from ironlb_io import kube  # noqa: E402
 from speaker.bgp import exabgp, peers, rendering  # noqa: E402
@@ -1032,11 +1032,6 @@ def bfd_under_load(
 # --- main -----------------------------------------------------------------------------------------
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    # So that `finally` blocks stop what the bench started when it is terminated.
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1,000 routes, few trials")
@@ -1050,18 +1045,10 @@ def main(argv: list[str] | None = None) -> int:
     count = args.routes or (1000 if args.quick else 10000)
     if not 1 <= trials <= 200 or not 1 <= count <= 40000:
         parser.error("--trials must be 1..200 and --routes 1..40000")
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, processes.interrupt)
 
     phases: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def phase(name: str) -> Iterator[None]:
-        began = time.monotonic()
-        try:
-            yield
-        finally:
-            phases[name] = round(time.monotonic() - began, 1)
-
+    phase = functools.partial(figures.phase, phases)
     r: dict[str, Any] = {}  # what was measured so far: printed even if a later part fails
     incomplete: str | None = None
     started = time.monotonic()

@@ -2,14 +2,17 @@
 
 A distribution is {n, min, median, p99, max}, rounded to 0.1 ms; p99 is the nearest-rank
 percentile (the smallest value with at least 99% of the samples at or below it), so it is always
-a time that was measured, never an interpolation between two.
+a time that was measured, never an interpolation between two. A run's phases (`phases_s`) are
+timed to 0.1 s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 
 DIGITS = 4
 
@@ -31,3 +34,13 @@ def distribution(values: Sequence[float]) -> dict[str, float | int | None]:
         "p99": round(percentile(values, 0.99), DIGITS),
         "max": round(max(values), DIGITS),
     }
+
+
+@contextlib.contextmanager
+def phase(phases: dict[str, float], name: str) -> Iterator[None]:
+    """`phases[name]`: how long the block took, in seconds; also when it failed."""
+    began = time.monotonic()
+    try:
+        yield
+    finally:
+        phases[name] = round(time.monotonic() - began, 1)

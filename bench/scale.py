@@ -57,7 +57,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -759,10 +758,6 @@ def run(lab: network_lab.Lab, sizes: Sizes, r: dict[str, Any], phases: dict[str,
         kwok_log.close()
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="100 Nodes, 1,000 Services")
@@ -790,7 +785,7 @@ def main(argv: list[str] | None = None) -> int:
         or not 1 <= sizes.groups <= sizes.services
     ):
         parser.error("--nodes 1..5000, --services 1..20000, --pods 1..10, --groups 1..services")
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, processes.interrupt)
     r: dict[str, Any] = {}
     phases: dict[str, float] = {}
     incomplete: str | None = None

@@ -46,17 +46,25 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import bgp, failover_l2, figures  # noqa: E402
-from hack import conformance, conformance_cases, datapath, deploy, metallb, objects, witness  # noqa: E402
+from hack import (  # noqa: E402
+    conformance,
+    conformance_cases,
+    datapath,
+    deploy,
+    metallb,
+    objects,
+    processes,
+    witness,
+)
 from hack import lab as network_lab  # noqa: E402
 
 SYSTEMS = ("ironlb", "metallb")
@@ -65,8 +73,6 @@ NS = objects.METALLB_NAMESPACE
 # How long a restarted owner may take to answer again: memberlist takes a node it declared dead
 # back when gossip reaches it (GossipToTheDeadTime, 30 s on a LAN), sometimes on its next join.
 BACK_TIMEOUT_S = {"ironlb": 60.0, "metallb": 120.0}
-# The quick run's cases: one of each kind a user sees (allocation, sharing, L2, BGP).
-QUICK_CASES = ("auto-lowest-free", "share-same-key", "l2-announce", "bgp-announce")
 BULK_ADVERTISEMENT = "bench-bulk"
 
 
@@ -123,12 +129,13 @@ def _number(value: object) -> float | None:
 
 
 def pick_cases(spec: str, quick: bool) -> tuple[conformance.Case, ...]:
-    """`quick` (QUICK_CASES), `all`, or names separated by commas; default by --quick."""
+    """`quick` (conformance_cases.QUICK), `all` or case names (a,b); by default as --quick."""
     if spec == "all" or (spec == "" and not quick):
         return conformance_cases.CASES
-    names = QUICK_CASES if spec in ("", "quick") else tuple(n for n in spec.split(",") if n)
+    if spec in ("", "quick"):
+        return conformance_cases.QUICK
     try:
-        return tuple(conformance_cases.by_name(n) for n in names)
+        return tuple(conformance_cases.by_name(n) for n in spec.split(",") if n)
     except KeyError as e:
         raise VersusError(f"no conformance case {e}") from None
 
@@ -143,16 +150,6 @@ class Run:
     detail: dict[str, dict[str, Any]] = field(default_factory=lambda: {s: {} for s in SYSTEMS})
     runs: dict[str, list[conformance.CaseRun]] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)
-
-    def differences(self) -> list[conformance.Difference]:
-        ours, theirs = self.runs.get("ironlb", []), self.runs.get("metallb", [])
-        by_name = {r.case: r for r in theirs}
-        return [
-            d
-            for run in ours
-            if run.case in by_name
-            for d in conformance.compare_runs(run, by_name[run.case])
-        ]
 
 
 # --- the scenarios ------------------------------------------------------------------------------
@@ -408,7 +405,9 @@ def summarise(
     incomplete: str | None,
     started: float,
 ) -> dict[str, Any]:
-    differences = result.differences()
+    differences = conformance.compare_all(
+        result.runs.get("ironlb", []), result.runs.get("metallb", [])
+    )
     compared = len(result.runs.get("ironlb", [])) if "metallb" in result.runs else 0
     return {
         "bench": "versus",
@@ -430,10 +429,6 @@ def summarise(
     }
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="under 5 minutes once built")
@@ -450,17 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     args.drains = datapath.DRAINS[:1] if args.quick else datapath.DRAINS
     if not 1 <= args.trials <= 100 or not 1 <= args.routes <= 40000:
         parser.error("--trials must be 1..100 and --routes 1..40000")
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, processes.interrupt)
     result = Run()
-
-    @contextlib.contextmanager
-    def phase(name: str) -> Iterator[None]:
-        began = time.monotonic()
-        try:
-            yield
-        finally:
-            result.phases[name] = round(time.monotonic() - began, 1)
-
+    phase = functools.partial(figures.phase, result.phases)
     incomplete: str | None = None
     build_s = 0.0
     cases: tuple[conformance.Case, ...] = ()

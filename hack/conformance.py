@@ -696,6 +696,22 @@ def compare_runs(
     ]
 
 
+def compare_all(
+    ironlb: Sequence[CaseRun],
+    metallb: Sequence[CaseRun],
+    explained: Mapping[str, Deliberate] = DELIBERATE,
+) -> list[Difference]:
+    """The differences of every case both systems ran, in ironlb's order. A case only one of them
+    ran (a run cut short) has nothing to be compared with, and is left out."""
+    by_name = {run.case: run for run in metallb}
+    return [
+        d
+        for run in ironlb
+        if run.case in by_name
+        for d in compare_runs(run, by_name[run.case], explained)
+    ]
+
+
 def summary(cases: int, differences: Sequence[Difference]) -> dict[str, int]:
     """The figures a bench reports."""
     return {

@@ -288,7 +288,6 @@ def exhausted_pool_recycles() -> conformance.Case:
             conformance.Step("waiting", (service(ns, "b"),)),
             conformance.Step("holder deleted", delete=(a,)),
         ),
-        quick=True,
     )
 
 
@@ -550,7 +549,6 @@ def dual_stack_families() -> conformance.Case:
             conformance.Step("ipv6", (service(ns, "ipv6", families=["IPv6"]),)),
             conformance.Step("ipv4", (service(ns, "ipv4"),)),
         ),
-        quick=True,
     )
 
 
@@ -636,7 +634,6 @@ def namespace_pinned_pool() -> conformance.Case:
             ),
             conformance.Step("one Service in each", (service(team, "web"), service(other, "web"))),
         ),
-        quick=True,
     )
 
 
@@ -786,7 +783,6 @@ def overlapping_pools() -> conformance.Case:
             ),
             conformance.Step("a Service", (service(ns, "web"),)),
         ),
-        quick=True,
         invalid=True,
     )
 
@@ -1079,6 +1075,8 @@ CASES: tuple[conformance.Case, ...] = (
     bgp_beyond_native(),
 )
 
+# One of each kind a user sees (allocation, sharing, L2 and BGP announcement): what a quick run
+# of `bench.versus` and the end-to-end comparison with MetalLB apply.
 QUICK: tuple[conformance.Case, ...] = tuple(c for c in CASES if c.quick)
 
 

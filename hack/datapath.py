@@ -18,7 +18,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hack import hitless, loadgen, objects, witness
@@ -280,7 +280,7 @@ class Drained:
     # Those failures that the move does not explain (`hitless.unexplained_failures`: a
     # handshake in flight when the ToR's ECMP set or ARP entry changed is reset, whatever the
     # load balancer does); any other failure, or one not kept in detail, is here.
-    unexplained: list[dict[str, Any]] = field(default_factory=list)
+    unexplained: list[dict[str, Any]]
 
 
 def _moved(

@@ -44,7 +44,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import IO, Any, TypeVar
 
 import yaml
@@ -923,10 +922,6 @@ def lab_lock(console: Console) -> contextlib.AbstractContextManager[None]:
     return network_lab.exclusive(waiting=lambda text: console.say(f"... {text}"))
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="hack/demo", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -949,7 +944,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     interactive = not args.non_interactive and sys.stdin.isatty()
     console = Console(interactive)
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupt)
+        signal.signal(sig, processes.interrupt)
     started = time.monotonic()
     try:
         with lab_lock(console):

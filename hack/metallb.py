@@ -783,10 +783,6 @@ def _lab(directory: Path) -> network_lab.Lab:
     return network_lab.Lab(nodes=int(json.loads(marker.read_text())["nodes"]), directory=directory)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m hack.metallb", description=(__doc__ or "").split("\n\n")[0]
@@ -816,7 +812,7 @@ def main(argv: list[str] | None = None) -> int:
             lab = _lab(args.dir)
             # SIGTERM (a `timeout`, a CI job cancelled) stops it like Ctrl-C: processes stopped,
             # our CRDs put back; without this, only `hack/lab down` cleaned up after a SIGTERM.
-            signal.signal(signal.SIGTERM, _interrupt)
+            signal.signal(signal.SIGTERM, processes.interrupt)
             with deployed(lab, version=args.version):
                 log(f"running; logs in {lab.log_dir}/{RELEASE}-*.log; Ctrl-C stops it")
                 while True:

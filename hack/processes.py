@@ -15,6 +15,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
+from types import FrameType
 from typing import Any
 
 STOP_TIMEOUT_S = 10.0
@@ -29,6 +30,12 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+def interrupt(signum: int, frame: FrameType | None) -> None:
+    """A handler for SIGTERM (a `timeout`, a CI job cancelled): stop like Ctrl-C, so that the
+    `finally` blocks stop what was started."""
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _signal(pid: int, sig: int, group: bool) -> None:

@@ -133,6 +133,25 @@ def _die_with_parent() -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
+def _kill_unless_exited(pid: int) -> None:
+    """SIGKILL our child `pid` unless it has exited, without taking its exit status.
+
+    Its status belongs to asyncio's child watcher, which `Process.exited` waits for. asyncio's own
+    `kill()` would not do: subprocess's `send_signal()` first polls with `waitpid`, and if the
+    child has just exited, that reaps it, and the watcher then finds nothing and reports 255.
+    `waitid` with WNOWAIT only looks: a child that has exited is left to the watcher, unsignalled,
+    and a child already reaped (whose pid may belong to another process by now) is not signalled.
+    """
+    try:
+        exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return  # reaped already; the watcher is about to say so
+    if exited is None:
+        # A watcher reaping in a thread of its own (Python 3.11's) may have reaped it since.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 class Process:
     """ExaBGP serving `peer`. `on_event` gets every non-ack line ExaBGP sends."""
 
@@ -294,8 +313,7 @@ class Process:
 
     async def kill(self) -> None:
         if self._proc is not None and not self.exited.is_set():
-            with contextlib.suppress(ProcessLookupError):
-                self._proc.kill()
+            _kill_unless_exited(self._proc.pid)
             await self.exited.wait()
         await self._cleanup()
 

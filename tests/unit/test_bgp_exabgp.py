@@ -61,15 +61,12 @@ def test_exabgp_is_started_armed_with_pr_set_pdeathsig() -> None:
     assert done.stdout.strip() == str(int(signal.SIGTERM))
 
 
-def test_a_killed_exabgp_leaves_no_process_behind(tmp_path: Path) -> None:
-    fake = tmp_path / "exabgp"
-    fake.write_text(f"#!{sys.executable}\n{FAKE_EXABGP}")
-    fake.chmod(0o755)
-    script = """
-        import asyncio, ipaddress, time
+# The start both scenarios share; `started()` gives a Process whose ExaBGP is the fake.
+STARTED = """
+        import asyncio, ipaddress
         from speaker.bgp import exabgp, peers
 
-        async def main():
+        async def started():
             peer = peers.Peer(
                 name="tor", my_asn=64512, peer_asn=64500,
                 peer_address=ipaddress.ip_address("10.250.0.1"),
@@ -77,17 +74,67 @@ def test_a_killed_exabgp_leaves_no_process_behind(tmp_path: Path) -> None:
             options = exabgp.Options(node_name="node", exabgp=FAKE, start_timeout=20)
             process = exabgp.Process(peer, options, lambda event: None)
             await process.start()
-            started = sorted(child_states().values())
+            return process
+"""
+
+
+def run_with_fake_exabgp(tmp_path: Path, script: str) -> Any:
+    """`script` run by `run_scenario` after STARTED, with the fake standing in for ExaBGP."""
+    fake = tmp_path / "exabgp"
+    fake.write_text(f"#!{sys.executable}\n{FAKE_EXABGP}")
+    fake.chmod(0o755)
+    return run_scenario((STARTED + script).replace("FAKE", repr(str(fake))))
+
+
+def test_a_killed_exabgp_leaves_no_process_behind(tmp_path: Path) -> None:
+    script = """
+        import time
+
+        async def main():
+            process = await started()
+            started_states = sorted(child_states().values())
             # SIGKILL: ExaBGP cannot stop its helper; PR_SET_PDEATHSIG does, and the helper,
             # inherited by us (PID 1 in the container, the subreaper here), exits.
             await process.kill()
             deadline = time.monotonic() + 5
             while "S" in child_states().values() and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
-            return {"started": started, "exited": process.exited.is_set(), "left": child_states()}
+            return {
+                "started": started_states,
+                "exited": process.exited.is_set(),
+                "left": child_states(),
+            }
 
         print(json.dumps(asyncio.run(main())))
     """
-    result = run_scenario(script.replace("FAKE", repr(str(fake))))
+    result = run_with_fake_exabgp(tmp_path, script)
     # Before: {"...": ..., "left": {"<the helper's pid>": "Z"}}, for good.
     assert result == {"started": ["S"], "exited": True, "left": {}}
+
+
+def test_killing_an_exabgp_that_already_exited_leaves_its_exit_status_to_the_owner(
+    tmp_path: Path,
+) -> None:
+    script = """
+        import signal
+
+        if sys.version_info < (3, 12):
+            # Reaped in the loop's own thread, as by default from Python 3.12 on: while this
+            # coroutine runs, nothing else reaps ExaBGP, so the race is decided, not left to luck.
+            asyncio.set_child_watcher(asyncio.PidfdChildWatcher())
+
+        async def main():
+            process = await started()
+            # ExaBGP is killed (by a first kill(), say) and has exited, but the loop has not yet
+            # seen it: waitid with WNOWAIT waits for the exit and leaves the status in place.
+            os.kill(process.pid, signal.SIGKILL)
+            os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+            await process.kill()
+            return {"returncode": process.returncode}
+
+        print(json.dumps(asyncio.run(main())))
+    """
+    result = run_with_fake_exabgp(tmp_path, script)
+    # Before: 255, as asyncio reports a child whose status someone else took (subprocess's
+    # poll() inside kill() reaped it).
+    assert result == {"returncode": -signal.SIGKILL}

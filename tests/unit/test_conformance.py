@@ -390,6 +390,42 @@ def test_observations_of_different_steps_are_not_compared() -> None:
         conformance.compare_runs(one, two)
 
 
+def run_of(case: str, *ingress: str) -> conformance.CaseRun:
+    """A one-step run of `case`, its Service `web` at `ingress`."""
+    view = conformance.ServiceView(type="LoadBalancer", ingress=ingress)
+    return conformance.CaseRun(
+        case, (observation(case=case, step=0, services={f"{NS}/web": view}),)
+    )
+
+
+def test_all_runs_are_compared_case_by_case_in_ironlbs_order() -> None:
+    ours = [run_of("a", "10.0.0.1"), run_of("b", "10.0.0.1")]
+    theirs = [run_of("b", "10.0.0.2"), run_of("a", "10.0.0.3")]
+    differences = conformance.compare_all(ours, theirs)
+    assert [(d.case, d.metallb) for d in differences] == [
+        ("a", ("10.0.0.3",)),
+        ("b", ("10.0.0.2",)),
+    ]
+    assert not any(d.explained for d in differences)
+    assert conformance.compare_all(ours, ours) == []
+
+
+def test_a_case_only_one_system_ran_is_not_compared() -> None:
+    ours = [run_of("a", "10.0.0.1"), run_of("b", "10.0.0.1")]
+    assert conformance.compare_all(ours, []) == []  # MetalLB ran nothing yet
+    [difference] = conformance.compare_all(ours, [run_of("a", "10.0.0.2")])
+    assert difference.case == "a"
+    assert conformance.compare_all([run_of("a", "10.0.0.1")], [run_of("c", "10.0.0.2")]) == []
+
+
+def test_all_runs_are_compared_with_the_table_given() -> None:
+    table = {"any-web": conformance.Deliberate(paths=("service/*",), reason="because")}
+    [difference] = conformance.compare_all(
+        [run_of("a", "10.0.0.1")], [run_of("a", "10.0.0.2")], table
+    )
+    assert difference.explained_by == "any-web"
+
+
 def test_every_deliberate_row_renders_into_the_doc_table() -> None:
     text = conformance.render_deliberate()
     rows = [line for line in text.splitlines() if line.startswith("| `")]

@@ -1,14 +1,12 @@
-"""The side-by-side bench's pure parts: how two systems' figures become one JSON line, which
-conformance cases a run takes, and which differences it counts."""
+"""The side-by-side bench's pure parts: how two systems' figures become one JSON line, and which
+conformance cases a run takes (their comparison is `hack.conformance.compare_all`'s)."""
 
 from __future__ import annotations
 
 import pytest
 
 from bench import versus
-from hack import conformance, conformance_cases
-
-NS = "cf-case"
+from hack import conformance_cases
 
 
 def test_every_figure_of_either_side_gets_both_values_and_their_ratio() -> None:
@@ -51,35 +49,14 @@ def test_l2_figures_give_median_and_worst_per_fault_and_none_for_no_sample() -> 
 
 
 def test_cases_by_default_quick_all_or_named() -> None:
-    assert [c.name for c in versus.pick_cases("", quick=True)] == list(versus.QUICK_CASES)
+    assert versus.pick_cases("", quick=True) == conformance_cases.QUICK
+    assert versus.pick_cases("quick", quick=False) == conformance_cases.QUICK
     assert versus.pick_cases("", quick=False) == conformance_cases.CASES
     assert versus.pick_cases("all", quick=True) == conformance_cases.CASES
     named = versus.pick_cases("request-ip,l2-announce", quick=True)
     assert [c.name for c in named] == ["request-ip", "l2-announce"]
     with pytest.raises(versus.VersusError, match="no-such-case"):
         versus.pick_cases("no-such-case", quick=False)
-
-
-def test_quick_cases_are_cases_of_the_corpus() -> None:
-    names = {c.name for c in conformance_cases.CASES}
-    assert set(versus.QUICK_CASES) <= names
-
-
-def _run(case: str, ip: str) -> conformance.CaseRun:
-    view = conformance.ServiceView(type="LoadBalancer", ingress=(ip,))
-    return conformance.CaseRun(
-        case, (conformance.Observation(case=case, step=0, services={f"{NS}/web": view}),)
-    )
-
-
-def test_differences_only_for_cases_both_systems_ran() -> None:
-    result = versus.Run()
-    result.runs["ironlb"] = [_run("a", "10.0.0.1"), _run("b", "10.0.0.1")]
-    assert result.differences() == []  # MetalLB ran nothing yet
-    result.runs["metallb"] = [_run("a", "10.0.0.2")]
-    [difference] = result.differences()
-    assert difference.case == "a"
-    assert not difference.explained
 
 
 def test_each_load_scenario_reports_failed_and_made_requests() -> None:
