@@ -222,7 +222,9 @@ class Agent:
         default_factory=lambda: asyncio.Semaphore(EVENT_CONCURRENCY)
     )
     last_pass_s: float = 0.0
-    _superseded: set[str] = field(default_factory=set)  # resourceVersions of our own creates
+    # (kind, "namespace/name") -> the resourceVersion our create returned, until the watch's
+    # event for that object arrives (whichever version it carries): at most one per object.
+    _superseded: dict[tuple[str, str], str] = field(default_factory=dict)
     # Our status objects being created, (kind, "namespace/name") -> whether the watch reported
     # the object DELETED meanwhile: then the create's answer, arriving later, is not put into
     # the store (it would bring back an object the server no longer holds, and nothing after
@@ -274,13 +276,13 @@ class Agent:
         (status still empty) arrives after the store already holds the status we set, and is
         dropped rather than taken for somebody else's change."""
         version = services.resource_version(obj)
-        if event_type == "DELETED":
-            meta = obj.get("metadata") or {}
-            key = (kind, f"{meta.get('namespace')}/{meta.get('name')}")
-            if key in self._creating:
-                self._creating[key] = True
-        if event_type != "DELETED" and version in self._superseded:
-            self._superseded.discard(version)
+        meta = obj.get("metadata") or {}
+        key = (kind, f"{meta.get('namespace')}/{meta.get('name')}")
+        if event_type == "DELETED" and key in self._creating:
+            self._creating[key] = True
+        # Any event for the object ends the wait for its create's echo (an ADDED handled before
+        # the create's answer came back would otherwise keep the version for ever).
+        if self._superseded.pop(key, None) == version and event_type != "DELETED":
             return
         if self.store.put(kind, event_type, obj):
             self._status_dirty.set()
@@ -816,7 +818,7 @@ class Agent:
                 made = await self.client.create(base, body)
                 version = services.resource_version(made)
                 if version:
-                    self._superseded.add(version)
+                    self._superseded[key] = version
             except kube.ApiError as e:
                 if not e.conflict:
                     log.warning("could not create status", extra={"error": str(e)})

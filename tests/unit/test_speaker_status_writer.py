@@ -61,3 +61,39 @@ async def test_an_object_created_undisturbed_is_in_the_store_at_once() -> None:
     assert await writer._sync_status(KIND, [wanted()])
     assert f"{NS}/l2-abc" in writer.store.config.get(KIND, {})
     assert writer._creating == {}
+
+
+async def test_the_echo_of_our_create_is_dropped_once_and_nothing_is_kept_after() -> None:
+    """The watch's ADDED for our own create carries an empty status: dropped (the store holds
+    what we set). Whichever comes first, that event or the create's answer, nothing about
+    the object is remembered once both have come."""
+    body = status.body(wanted(), "n1", NS)
+    added = {**body, "metadata": {**body["metadata"], "resourceVersion": "7"}}
+    patched = {
+        **body,
+        "metadata": {**body["metadata"], "resourceVersion": "8"},
+        "status": {"node": "n1", "interfaces": []},
+    }
+
+    # The answer first, then the watch's events.
+    client = SlowClient()
+    client.answer.set()
+    writer = agent.Agent(agent.Options(node_name="n1", namespace=NS), client)  # type: ignore[arg-type]
+    assert await writer._sync_status(KIND, [wanted()])
+    writer._status_dirty.clear()
+    writer.observe(KIND, "ADDED", added)
+    assert not writer._status_dirty.is_set()  # the echo: dropped
+    writer.observe(KIND, "MODIFIED", patched)
+    assert writer._superseded == {}
+
+    # The watch's ADDED first (another connection), then the answer.
+    client = SlowClient()
+    writer = agent.Agent(agent.Options(node_name="n1", namespace=NS), client)  # type: ignore[arg-type]
+    syncing = asyncio.ensure_future(writer._sync_status(KIND, [wanted()]))
+    await asyncio.wait_for(client.creating.wait(), 5)
+    writer.observe(KIND, "ADDED", added)
+    client.answer.set()
+    assert await asyncio.wait_for(syncing, 5)
+    writer.observe(KIND, "MODIFIED", patched)
+    assert writer._superseded == {}  # the version our answer carried was not kept
+    assert writer.store.config[KIND][f"{NS}/l2-abc"]["status"] == patched["status"]
