@@ -152,6 +152,10 @@ class Reconciler:
         old = self.services.get(view.key)
         if old is not None and not snapshot.newer(view.resource_version, old.resource_version):
             return  # older than what we hold (e.g. our own PATCH response got here first)
+        if old is None or old.uid != view.uid:
+            # Another object of this name (its deletion and creation may land in one round,
+            # and never reach `_forget`): the Events said about the last one are news to it.
+            self._told.pop(view.key, None)
         self.services[view.key] = view
         if old == view:
             return

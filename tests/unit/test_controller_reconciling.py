@@ -541,3 +541,25 @@ async def test_a_write_that_ends_refused_after_retries_forgets_its_attempt_count
     await until("both failures answered", lambda: not api.errors)
     await until("the refused write ended", lambda: not r._queue and not r._in_flight)
     assert r._attempts == {}
+
+
+async def test_a_service_deleted_and_created_again_between_rounds_gets_its_own_events(
+    running: Any,
+) -> None:
+    """Events already posted are remembered per Service to say each once; a new object of the
+    same name (another uid) is news, even when its deletion and creation land in one round."""
+    api = FakeApi()
+    api.pool("p", "10.0.0.0/32")
+    api.service("a")
+    api.service("b")
+    r = await running(api)
+    assert [e["reason"] for e in api.events].count("AllocationFailed") == 1
+    old = api.get_obj(svc_path("b"))
+    r.observe_service("DELETED", old)
+    again = copy.deepcopy(old)
+    again["metadata"]["uid"] = "u-b-again"
+    r.observe_service("ADDED", api.put(svc_path("b"), again))
+    await until("decided", lambda: not r._dirty)
+    await asyncio.sleep(0)
+    failed = [e for e in api.events if e["reason"] == "AllocationFailed"]
+    assert [e["involvedObject"]["uid"] for e in failed] == ["u-b", "u-b-again"]
