@@ -103,7 +103,7 @@ USED = {
         ("discovery.k8s.io", "endpointslices", "", "list", "cluster", ""),
         ("discovery.k8s.io", "endpointslices", "", "watch", "cluster", ""),
         *(
-            ("metallb.io", kind, "", verb, "cluster", "")
+            ("metallb.io", kind, "", verb, "namespace", "")
             for kind in (
                 "ipaddresspools",
                 "l2advertisements",
@@ -184,6 +184,10 @@ DENIED = {
         ("", "namespaces", "", "list", "", ""),
         ("metallb.io", "configurationstates", "", "delete", NS, "controller"),
         ("metallb.io", "configurationstates", "status", "patch", APPS, "speaker-node-a"),
+        # The configuration is read from its own namespace only.
+        ("metallb.io", "ipaddresspools", "", "list", "", ""),
+        ("metallb.io", "bgppeers", "", "watch", APPS, ""),
+        ("metallb.io", "servicel2statuses", "", "list", APPS, ""),
     ],
 }
 
