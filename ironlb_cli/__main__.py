@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ironlb import model
-from ironlb_cli import explain_view, render, status_view
+from ironlb_cli import explain_view, render, speakers, status_view
 from ironlb_io import kube
 
 EVENT_SELECTOR = "involvedObject.kind=Service,type=Warning"
@@ -153,28 +153,124 @@ def _credentials(args: argparse.Namespace) -> kube.Credentials:
 
 async def gather(args: argparse.Namespace) -> status_view.Inputs:
     credentials = _credentials(args)
-    targets = parse_targets(args.speaker_metrics)
-    fetched, scrapes = await asyncio.gather(
-        fetch(credentials, args.namespace, args.lb_class),
-        asyncio.gather(
+    if args.speaker_metrics:
+        targets = parse_targets(args.speaker_metrics)
+        scraping = asyncio.gather(
             *(asyncio.to_thread(scrape, node, url, args.timeout) for node, url in targets)
-        ),
-    )
+        )
+        fetched, scrapes = await asyncio.gather(
+            fetch(credentials, args.namespace, args.lb_class), scraping
+        )
+        notes: list[str] = []
+    else:
+        fetched, (scrapes, notes) = await asyncio.gather(
+            fetch(credentials, args.namespace, args.lb_class), scrape_found(credentials, args)
+        )
     api: status_view.Inputs = fetched[0]
-    return dataclasses.replace(api, scrapes=tuple(scrapes))
+    return dataclasses.replace(api, scrapes=tuple(scrapes), speaker_notes=tuple(notes))
 
 
 async def gather_explain(args: argparse.Namespace) -> explain_view.Inputs:
     credentials = _credentials(args)
-    targets = parse_targets(args.speaker_metrics)
     service: str = args.explain
-    (api, states), probes = await asyncio.gather(
-        fetch(credentials, args.namespace, args.lb_class, states=True),
-        asyncio.gather(
+    if args.speaker_metrics:
+        targets = parse_targets(args.speaker_metrics)
+        asking = asyncio.gather(
             *(asyncio.to_thread(ask, node, url, service, args.timeout) for node, url in targets)
-        ),
-    )
+        )
+        (api, states), probes = await asyncio.gather(
+            fetch(credentials, args.namespace, args.lb_class, states=True), asking
+        )
+        notes: list[str] = []
+    else:
+        (api, states), (probes, notes) = await asyncio.gather(
+            fetch(credentials, args.namespace, args.lb_class, states=True),
+            ask_found(credentials, args, service),
+        )
+    api = dataclasses.replace(api, speaker_notes=tuple(notes))
     return explain_view.Inputs(service, api, states, tuple(probes))
+
+
+# --- the speakers found through the API, asked through the apiserver's Pod proxy ----------------
+
+
+async def _found(
+    client: kube.Client, args: argparse.Namespace
+) -> tuple[list[speakers.Speaker], str | None]:
+    """The speaker Pods to ask, or why they could not be listed."""
+    path = kube.core_path("pods", args.namespace)
+    try:
+        pods, _ = await client.list(path, {"labelSelector": args.speaker_selector})
+    except kube.ApiError as e:
+        return [], f"cannot list the speaker Pods ({args.speaker_selector}): {e}"
+    found, _skipped = speakers.from_pods(pods)
+    if not found:
+        return [], f"no running speaker Pod in {args.namespace} matches {args.speaker_selector}"
+    return found, None
+
+
+async def scrape_found(
+    credentials: kube.Credentials, args: argparse.Namespace
+) -> tuple[list[status_view.Scrape], list[str]]:
+    """Every speaker Pod's /metrics, and why none could be asked."""
+    async with kube.Client(credentials, field_manager="ironlb-cli") as client:
+        found, error = await _found(client, args)
+        if error is not None:
+            return [], [error]
+
+        async def one(speaker: speakers.Speaker) -> status_view.Scrape:
+            try:
+                status, body = await asyncio.wait_for(
+                    client.get_raw(speaker.proxy_path("/metrics"), MAX_METRICS_BYTES),
+                    args.timeout,
+                )
+            except (kube.ApiError, TimeoutError) as e:
+                return status_view.Scrape(speaker.label, speaker.node, error=str(e) or "timeout")
+            if status != 200:
+                return status_view.Scrape(speaker.label, speaker.node, error=f"HTTP {status}")
+            text = body.decode("utf-8", errors="replace")
+            return status_view.Scrape(speaker.label, speaker.node, text=text)
+
+        return list(await asyncio.gather(*(one(s) for s in found))), []
+
+
+async def ask_found(
+    credentials: kube.Credentials, args: argparse.Namespace, service: str
+) -> tuple[list[explain_view.Probe], list[str]]:
+    """Every speaker Pod's /explain for `service`, and why none could be asked."""
+    async with kube.Client(credentials, field_manager="ironlb-cli") as client:
+        found, error = await _found(client, args)
+        if error is not None:
+            return [], [error]
+
+        async def one(speaker: speakers.Speaker) -> explain_view.Probe:
+            path = speaker.proxy_path("/explain", {"service": service})
+            try:
+                status, body = await asyncio.wait_for(
+                    client.get_raw(path, MAX_EXPLAIN_BYTES), args.timeout
+                )
+            except (kube.ApiError, TimeoutError) as e:
+                return explain_view.Probe(speaker.label, speaker.node, error=str(e) or "timeout")
+            return answer(speaker.label, speaker.node, status, body)
+
+        return list(await asyncio.gather(*(one(s) for s in found))), []
+
+
+def answer(url: str, node: str | None, status: int, body: bytes) -> explain_view.Probe:
+    """A speaker's answer to /explain, however it came."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        document = None
+    if status != 200:
+        said = document.get("error") if isinstance(document, dict) else None
+        text = said if isinstance(said, str) and said else body[:200].decode(errors="replace")
+        return explain_view.Probe(url, node, status=status, error=f"HTTP {status}: {text}")
+    if document is None:
+        # A speaker older than /explain answers any path with its metrics.
+        error = "the answer is not JSON: does this speaker serve /explain?"
+        return explain_view.Probe(url, node, status=200, error=error)
+    return explain_view.Probe(url, node, document=document, status=200)
 
 
 def service_key(text: str) -> str:
@@ -207,7 +303,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="",
         metavar="[NODE=]URL,...",
         help="speakers' Prometheus endpoints (e.g. 10.0.0.11:7473); the node is found from the "
-        "URL's address among the Nodes' addresses unless given",
+        "URL's address among the Nodes' addresses unless given. Default: the speaker Pods, "
+        "found through the API (--speaker-selector)",
+    )
+    status.add_argument(
+        "--speaker-selector",
+        default=speakers.DEFAULT_SELECTOR,
+        help="without --speaker-metrics: the speaker Pods of --namespace (their `monitoring` "
+        "port, asked through the apiserver's Pod proxy)",
     )
     status.add_argument("--lb-class", default="", help="the loadBalancerClass ironlb handles")
     status.add_argument("--timeout", type=float, default=5.0, help="seconds per metrics scrape")
@@ -217,7 +320,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=None,
         metavar="NAMESPACE/NAME",
         help="instead of the overview, why each node announces this Service or not: asks each "
-        "speaker given by --speaker-metrics (its /explain), else reads the API",
+        "speaker (its /explain), and reads the API",
     )
     return parser.parse_args(argv)
 

@@ -330,6 +330,7 @@ def build(inputs: Inputs) -> ExplainView:
     nodes = [n for n in inputs.status.nodes if _name(n)]
     node_names = [_name(n) for n in nodes]
     answers, problems = _match(inputs.probes, nodes, key)
+    problems[:0] = inputs.status.speaker_notes
     fallback = _Fallback.of(inputs, key)
     if inputs.configuration_states is None:
         problems.append(

@@ -60,6 +60,8 @@ class Inputs:
     bgp_statuses: Sequence[Any] = ()
     events: Sequence[Any] = ()  # Warning Events whose involvedObject is a Service
     scrapes: Sequence[Scrape] = ()
+    # Why speakers could not be found through the API (none running, no right to list Pods).
+    speaker_notes: Sequence[str] = ()
     lb_class: str = ""
     # Names of the Secrets in the MetalLB namespace; None = not read (no RBAC for Secrets), and
     # then a `passwordSecret` cannot be judged dangling.
@@ -271,7 +273,7 @@ def build(inputs: Inputs) -> View:
         services=service_views,
         sessions=sessions,
         nodes=nodes,
-        problems=(*problems, *scrape_problems),
+        problems=(*problems, *inputs.speaker_notes, *scrape_problems),
         scrapes=scrape_rows,
     )
 

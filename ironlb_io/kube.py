@@ -339,6 +339,17 @@ class Client:
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise _unavailable(f"{method} {path}", e) from e
 
+    async def get_raw(self, path: str, limit: int) -> tuple[int, bytes]:
+        """GET what is no Kubernetes object (a Pod's own HTTP port through the apiserver's
+        proxy): the answer's status and at most `limit` bytes of its body, whatever the status.
+        ApiError (status 0) only when no answer came."""
+        session = self._open()
+        try:
+            async with session.get(path, headers=self._headers(None, "*/*")) as response:
+                return response.status, await response.content.read(limit)
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            raise _unavailable(f"GET {path}", e) from e
+
     async def get(
         self, path: str, params: Mapping[str, str] | None = None, *, accept: str = JSON
     ) -> Object:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +28,7 @@ from tests.integration import chart_support
 pytestmark = pytest.mark.e2e
 
 NS = objects.METALLB_NAMESPACE
+ROOT = network_lab.ROOT
 RELEASE = "ironlb"
 POOL = "chart-l2"
 RANGES = ["10.250.0.200-10.250.0.210"]
@@ -191,6 +193,32 @@ def test_an_l2_vip_answered_by_a_speaker_pod_reaches_a_pod_through_kube_proxy(
     # Local policy: the owner's own endpoint answers, and it saw the client's address.
     assert (pod, node, client) == (objects.pod_name(APP, int(owner[4:])), owner, "10.251.0.2")
     assert _neighbour_mac(lab, vip) == lab.node_mac(int(owner[4:]))
+
+
+def test_ironlb_status_explain_asks_every_speaker_pod_without_being_told_where(
+    release: Release, lab: network_lab.Lab
+) -> None:
+    """`ironlb status --explain` with nothing but a kubeconfig: the speakers are the chart's
+    Pods, asked through the apiserver's Pod proxy, and every node's verdict is its speaker's."""
+    owner = objects.wait_until("a speaker to own the VIP", lambda: _owner(lab))
+    result = subprocess.run(
+        [sys.executable, "-m", "ironlb_cli", "status", f"--kubeconfig={lab.kubeconfig}",
+         "--namespace", NS, "--explain", f"chart-app/{APP}", "-o", "json"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    view = json.loads(result.stdout)
+    nodes = {n["name"]: n for n in view["nodes"]}
+    assert set(nodes) == set(lab.node_names), view
+    for name, node in nodes.items():
+        assert (node["speaker"], node["source"], node["error"]) == ("answered", "speaker", None), (
+            name,
+            node,
+        )
+        assert node["url"].startswith(f"pod {NS}/"), node["url"]
+        layer2 = [v for v in node["verdicts"] if v["protocol"] == "layer2"]
+        assert [v["announcing"] for v in layer2] == [name == owner], (name, layer2)
+    assert view["problems"] == []
 
 
 def test_deleting_the_owners_speaker_pod_moves_the_vip(
