@@ -19,11 +19,15 @@ failed): what `ironlb status --explain` prints for this node.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ironlb import addresses, datapath, model, selectors
 from speaker import election
+
+# Addresses whose elected node is remembered between passes (`_owner`).
+OWNER_MEMO = 16384
 
 
 class Reason(enum.StrEnum):
@@ -217,6 +221,9 @@ class _Electorate:
         )
         # Keyed by the advertisements' identities: they live in snapshot.config for the pass.
         self._by_ads: dict[tuple[int, ...], tuple[frozenset[str], Mapping[str, int]]] = {}
+        self._without: dict[
+            tuple[tuple[int, ...], frozenset[str]], tuple[frozenset[str], Mapping[str, int]]
+        ] = {}
 
     def selected(
         self, ads: tuple[model.L2Advertisement, ...]
@@ -230,6 +237,22 @@ class _Electorate:
                 election.scores_of([u for u in self._usable if u[0].name in names], ads),
             )
             self._by_ads[key] = found
+        return found
+
+    def without(
+        self, ads: tuple[model.L2Advertisement, ...], unready: frozenset[str]
+    ) -> tuple[frozenset[str], Mapping[str, int]]:
+        """`selected` less the nodes not ready for a Service; one shared set per distinct
+        (advertisements, unready) pair, so that the election's memo (`_owner`) holds few."""
+        selected, scores = self.selected(ads)
+        if unready.isdisjoint(selected):
+            return selected, scores
+        key = (tuple(id(ad) for ad in ads), unready)
+        found = self._without.get(key)
+        if found is None:
+            left = selected - unready
+            found = (left, {n: v for n, v in scores.items() if n in left})
+            self._without[key] = found
         return found
 
 
@@ -254,11 +277,12 @@ def _l2_candidacy(
     if not ads:
         return Reason.NO_MATCHING_ADVERTISEMENT
     unready = not_ready.for_service(service)
-    selected, selected_scores = electorate.selected(ads)
-    candidates = selected - unready
+    # Shared between the Services with the same advertisements and unready nodes: no copy per
+    # Service, and few distinct sets in the election's memo (`_owner`).
+    candidates, scores = electorate.without(ads, unready)
     if service.local:
-        candidates &= endpoint_nodes(service)
-    scores = {n: s for n, s in selected_scores.items() if n in candidates}
+        candidates = candidates & endpoint_nodes(service)
+        scores = {n: v for n, v in scores.items() if n in candidates}
     return _L2Candidacy(candidates, scores, ads, unready)
 
 
@@ -308,21 +332,43 @@ _NO_CANDIDACY_MESSAGES: Mapping[Reason, str] = {
 }
 
 
+def _merged(
+    candidacies: Iterable[_L2Candidacy],
+) -> tuple[frozenset[str], Mapping[str, int]]:
+    """The candidates and scores of an address over the Services holding it: the union, and
+    each node's highest score (one holder's own, uncopied, in the common case)."""
+    found = list(candidacies)
+    if len(found) == 1:
+        return found[0].candidates, found[0].scores
+    candidates: set[str] = set()
+    scores: dict[str, int] = {}
+    for candidacy in found:
+        candidates |= candidacy.candidates
+        for name, score in candidacy.scores.items():
+            scores[name] = max(scores.get(name, 0), score)
+    return frozenset(candidates), scores
+
+
+@functools.lru_cache(maxsize=OWNER_MEMO)
+def _owner(
+    address: str, candidates: frozenset[str], scores: tuple[tuple[str, int], ...]
+) -> str | None:
+    """The elected node (`election.owner`), remembered: a pass asks the same question for
+    every address as the last pass did unless its candidates changed, and the answer costs a
+    SHA-256 per candidate. The candidate sets are the pass's shared objects, so the memo holds
+    few distinct ones."""
+    return election.owner(address, candidates, dict(scores))
+
+
 def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
     reasons: dict[str, Why] = {}
     messages: dict[str, str] = {}
     not_ready = snapshot.not_ready()
     electorate = _Electorate(snapshot)
-    # address -> (candidates, scores, [(service, candidacy)], election keys) merged over the
-    # Services holding it.
+    # address -> ([(service, candidacy)], election keys) of the Services holding it.
     per_address: dict[
         addresses.IPAddress,
-        tuple[
-            set[str],
-            dict[str, int],
-            list[tuple[Service, _L2Candidacy]],
-            set[addresses.IPAddress],
-        ],
+        tuple[list[tuple[Service, _L2Candidacy]], set[addresses.IPAddress]],
     ] = {}
     for service in snapshot.services:
         candidacy: _L2Candidacy | Reason
@@ -339,10 +385,7 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
             messages[service.key] = _NO_CANDIDACY_MESSAGES.get(candidacy, "")
             continue
         for ip in service.ips:
-            cands, scores, holders, keys = per_address.setdefault(ip, (set(), {}, [], set()))
-            cands |= candidacy.candidates
-            for name, score in candidacy.scores.items():
-                scores[name] = max(scores.get(name, 0), score)
+            holders, keys = per_address.setdefault(ip, ([], set()))
             holders.append((service, candidacy))
             # MetalLB hashes a Service's first address for all of them: a dual-stack Service
             # is announced by one node in both families.
@@ -350,12 +393,12 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
     owners: dict[addresses.IPAddress, str | None] = {}
     mine: list[L2Address] = []
     for ip in sorted(per_address, key=_address_order):
-        cands, scores, holders, keys = per_address[ip]
+        holders, keys = per_address[ip]
+        cands, scores = _merged(candidacy for _, candidacy in holders)
         # Services sharing an address but listing different first addresses (MetalLB would
         # elect each on its own and may get two announcers): the smallest key decides, the
         # same on every node, so an address always has one owner.
-        order = election_order(cands, min(keys, key=_address_order), scores)
-        owner = order[0] if order else None
+        owner = _owner(str(min(keys, key=_address_order)), cands, tuple(sorted(scores.items())))
         owners[ip] = owner
         node = snapshot.nodes.get(me)
         if owner != me or node is None:

@@ -804,3 +804,24 @@ def test_candidacy_from_the_pass_electorate_is_the_election_over_every_node(
     )
     # Asked again (another Service with the same advertisements), the cached answer is the same.
     assert desired._l2_candidacy(snap, service, POOL, not_ready, electorate) == got
+
+
+def test_services_with_the_same_advertisements_and_unready_nodes_share_one_candidate_set() -> None:
+    """The election's memo keeps the candidate sets it was asked about: one shared object per
+    (advertisements, unready nodes), not a copy per Service, keeps it small at 10,000
+    Services; and its answers are the election's."""
+    services = [svc(f"10.20.30.{i}", name=f"s{i}", endpoints=[ep("n1")]) for i in range(1, 4)]
+    nodes = [node(f"n{i}") for i in range(1, 5)]
+    down = {"n4": datapath.NodeReadiness(proxy_ready=False)}
+    for readiness in ({}, down):
+        snap = snapshot(services, nodes, readiness=readiness)
+        electorate = desired._Electorate(snap)
+        not_ready = snap.not_ready()
+        found = [desired._l2_candidacy(snap, s, POOL, not_ready, electorate) for s in snap.services]
+        assert all(isinstance(c, desired._L2Candidacy) for c in found)
+        sets = [c.candidates for c in found if isinstance(c, desired._L2Candidacy)]
+        assert all(c is sets[0] for c in sets)
+        assert sets[0] == ({"n1", "n2", "n3"} if readiness else {"n1", "n2", "n3", "n4"})
+        plan = desired.l2_plan(snap, model.NodeName("n1"))
+        for s in services:
+            assert plan.owners[s.ips[0]] == election.owner(str(s.ips[0]), sets[0])
