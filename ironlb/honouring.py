@@ -125,13 +125,6 @@ def peer_findings(peer: model.BGPPeer) -> list[Problem]:
         )
     if peer.vrf:
         note("spec.vrf", "VRFs are not supported; the session uses the default routing table")
-    if peer.dual_stack_address_family and peer.peer_address is not None:
-        other = 6 if peer.peer_address.version == 4 else 4
-        note(
-            "spec.dualStackAddressFamily",
-            f"IPv{other} routes are not announced on this IPv{peer.peer_address.version} "
-            f"session: no IPv{other} next hop is known",
-        )
     return found
 
 
@@ -183,8 +176,9 @@ def on_node(
     """A node's whole list: the configuration's findings, then the node's own problems that
     neither a finding nor a configuration problem (`problems`, parsing's and validation's)
     already states for the same object and field or a part of it. A data plane's words for
-    the same fact (a dual-stack session's dropped routes, a session not made for a Secret that
-    does not exist) would only repeat it."""
+    the same fact (a session not made for a Secret that does not exist) would only repeat it.
+    What only the node knows stays (a dual-stack session whose node has no address of the
+    other family to give as next hop: `speaker.bgp.routes`)."""
     said = [(p.kind, p.name, p.field) for p in (*config_findings, *problems)]
 
     def repeats(p: Problem) -> bool:

@@ -14,7 +14,7 @@ from prometheus_client import registry as prom_registry
 from ironlb import model
 from ironlb.problems import Problem
 from speaker import bgp_intent, desired
-from speaker.bgp import exabgp, routes, speaking
+from speaker.bgp import exabgp, local_addresses, next_hops, routes, speaking
 from speaker.bgp import metrics as bgp_metrics
 from speaker.layer2 import announcing
 from speaker.layer2 import metrics as layer2_metrics
@@ -51,7 +51,7 @@ class BGPApplier:
         passwords: Mapping[str, str],
         complete: bool = True,
     ) -> Mapping[str, tuple[model.PeerName, ...]]:
-        intent = bgp_intent.intent(config, node, plan, passwords)
+        intent = bgp_intent.intent(config, node, plan, passwords, _addresses(config))
         wanted = routes.desired(intent.announcements, intent.sessions)
         # Routes first: a session that starts now starts with them (with graceful restart, its
         # End-of-RIB must follow the routes, not an empty start).
@@ -74,6 +74,18 @@ class BGPApplier:
 
     async def close(self, restarting: bool = False) -> None:
         await self.speaker.close(restarting=restarting)
+
+
+def _addresses(config: model.Config) -> next_hops.Facts:
+    """What `next_hops` needs, read only when some BGPPeer is dual-stack (a few system calls;
+    every pass, so that a readdressed interface is seen within a tick)."""
+    dual = [p for p in config.bgp_peers if p.dual_stack_address_family]
+    if not dual:
+        return bgp_intent.NO_FACTS
+    # The kernel's choice of local address is asked for only where sourceAddress does not say.
+    return local_addresses.read(
+        p.peer_address for p in dual if p.peer_address is not None and p.source_address is None
+    )
 
 
 def bgp(node_name: str, registry: prom_registry.CollectorRegistry) -> BGPApplier:

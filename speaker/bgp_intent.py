@@ -2,11 +2,12 @@
 
 `sessions` picks the BGPPeers whose nodeSelectors match this node and turns each into a
 `peers.Peer` (password from the Secret when `passwordSecret` is used, BFD timers from the
-profile); `announcements` resolves each announced Service's advertisements (community aliases
-included) per address. Anything that cannot be honoured is a Problem, never an exception: the
-fields a session is made without are `ironlb.honouring`'s findings (the same list the webhook,
-the controller and the ConfigurationState show), plus what only this node knows (a password
-Secret's content).
+profile, and for a dual-stack session the next hop of its other family, chosen by
+`speaker.bgp.next_hops` from the addresses the shell read); `announcements` resolves each
+announced Service's advertisements (community aliases included) per address. Anything that
+cannot be honoured is a Problem, never an exception: the fields a session is made without are
+`ironlb.honouring`'s findings (the same list the webhook, the controller and the
+ConfigurationState show), plus what only this node knows (a password Secret's content).
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from dataclasses import dataclass
 from ironlb import honouring, model, selectors
 from ironlb.problems import Problem
 from speaker import desired
-from speaker.bgp import peers, routes
+from speaker.bgp import next_hops, peers, routes
+
+# No address read: a dual-stack session's other family can only get the Node's InternalIP.
+NO_FACTS = next_hops.Facts()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +99,13 @@ def session_for(
 
 
 def sessions(
-    config: model.Config, node: desired.Node | None, passwords: Mapping[str, str]
+    config: model.Config,
+    node: desired.Node | None,
+    passwords: Mapping[str, str],
+    facts: next_hops.Facts = NO_FACTS,
 ) -> tuple[list[peers.Peer], list[Problem]]:
+    """The sessions of this node; a dual-stack one gets the next hop of its other family
+    from `facts` and the Node's InternalIPs (`next_hops`)."""
     if node is None:
         return [], []
     labels = model.label_map(node.labels)
@@ -113,7 +122,7 @@ def sessions(
         if isinstance(session, Problem):
             found.append(session)
         else:
-            out.append(session)
+            out.append(next_hops.with_next_hop(session, facts, node.internal_ips))
     return out, found
 
 
@@ -134,8 +143,9 @@ def intent(
     node: desired.Node | None,
     plan: desired.BGPPlan,
     passwords: Mapping[str, str],
+    facts: next_hops.Facts = NO_FACTS,
 ) -> Intent:
-    session_list, found = sessions(config, node, passwords)
+    session_list, found = sessions(config, node, passwords, facts)
     names = [s.name for s in session_list]
     announcements: list[routes.Announcement] = []
     reach: dict[str, tuple[model.PeerName, ...]] = {}

@@ -32,6 +32,9 @@ class NodeInfo:
     labels: model.Labels = ()
     network_unavailable: bool = False
     drain: datapath.Drain | None = None  # leaving: hands its addresses over first
+    # status.addresses of type InternalIP, as the Node lists them (BGP next hops fall back on
+    # them: speaker.bgp.next_hops).
+    internal_ips: tuple[str, ...] = ()
 
 
 def _printed(address: str) -> str:

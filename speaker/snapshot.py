@@ -405,7 +405,7 @@ def node_view(node: Object, drain_on_cordon: bool = False) -> desired.Node:
         unschedulable=spec.get("unschedulable") is True,
         drain_on_cordon=drain_on_cordon,
     )
-    return desired.Node(name, _labels(node), unavailable, drain)
+    return desired.Node(name, _labels(node), unavailable, drain, tuple(internal_ips(node)))
 
 
 def _taint_keys(taints: Any) -> list[str]:

@@ -18,7 +18,9 @@ holds one `process` (the API bridge) and one `neighbor`. Mapping from BGPPeer fi
   and `manual-eor true`: after a restart the peer keeps our routes as stale until our End-of-RIB,
   which must therefore follow the routes the speaker computed, not ExaBGP's empty start (see
   `speaking`);
-- address families: the session's own, or both for dualStackAddressFamily.
+- address families: the session's own, or both for dualStackAddressFamily (the other family's
+  routes then name the peer's `ipv4_next_hop`/`ipv6_next_hop` instead of `self`; the speaker
+  fills them in from this node's addresses, see `next_hops`).
 
 API commands: `announce route P next-hop self origin igp [local-preference N]
 [community [..]] [large-community [..]]`, or `announce attributes ... nlri P1 P2 ...` for several

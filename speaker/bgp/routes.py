@@ -213,8 +213,9 @@ def desired(
                     "BGPPeer",
                     peer.name,
                     "spec.dualStackAddressFamily",
-                    f"no IPv{version} next hop known for this IPv{peer.family} session; "
-                    f"IPv{version} routes are not announced to it",
+                    f"no IPv{version} next hop for this IPv{peer.family} session (no "
+                    f"IPv{version} address on the interface of its local address, nor an "
+                    f"IPv{version} InternalIP); IPv{version} routes are not announced to it",
                 )
             )
     return Desired(result, tuple(found))

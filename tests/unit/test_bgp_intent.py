@@ -9,9 +9,10 @@ import pytest
 
 from ironlb import honouring, model, parsing, selectors, validation
 from speaker import bgp_intent, desired
-from speaker.bgp import peers, rendering
+from speaker.bgp import next_hops, peers, rendering, routes
 
 NODE = desired.Node("n1", (("rack", "a"),), False)
+ip = ipaddress.ip_address
 
 
 def peer(name: str = "tor", **fields: object) -> model.BGPPeer:
@@ -251,3 +252,62 @@ def test_what_makes_no_session_is_said_once(
     sessions, found = bgp_intent.sessions(config, NODE, passwords)
     assert sessions == []
     assert [(p.field, p.message.startswith(honouring.PREFIX)) for p in found] == [(field, True)]
+
+
+def test_dual_stack_sessions_carry_the_other_family_with_the_nodes_address() -> None:
+    """dualStackAddressFamily is honoured: the other family's routes go out with this node's
+    address of that family (speaker.bgp.next_hops), and without one they are left out with a
+    Problem of the node's."""
+    config = parsed(
+        api(model.BGP_PEER, "over-v4", **BASE, dualStackAddressFamily=True),
+        api(
+            model.BGP_PEER,
+            "over-v6",
+            myASN=64512,
+            peerASN=64500,
+            peerAddress="fd00:250::1",
+            dualStackAddressFamily=True,
+        ),
+    )
+    assert honouring.not_honoured(config) == []
+    facts = next_hops.Facts(
+        interfaces={"eth0": (ip("10.250.0.11"), ip("fd00:250::11"), ip("fe80::11"))},
+        sources={ip("10.250.0.1"): ip("10.250.0.11"), ip("fd00:250::1"): ip("fd00:250::11")},
+    )
+    node = desired.Node("n1", internal_ips=("10.250.0.11", "fd00:250::11"))
+    sessions, found = bgp_intent.sessions(config, node, {}, facts)
+    assert found == []
+    by_name = {s.name: s for s in sessions}
+    assert by_name["over-v4"].families == (4, 6)
+    assert by_name["over-v4"].ipv6_next_hop == ip("fd00:250::11")
+    assert by_name["over-v6"].ipv4_next_hop == ip("10.250.0.11")
+    announcements = [
+        routes.Announcement(ip("10.252.0.5"), (routes.Advertisement(),)),
+        routes.Announcement(ip("fd00:252::5"), (routes.Advertisement(),)),
+    ]
+    wanted = routes.desired(announcements, sessions)
+    assert wanted.problems == ()
+    texts = {
+        name: [c.text for c in rendering.commands(by_name[name], routes.Change(announce=r))]
+        for name, r in wanted.routes.items()
+    }
+    assert texts == {
+        "over-v4": [
+            "announce route 10.252.0.5/32 next-hop self origin igp",
+            "announce route fd00:252::5/128 next-hop fd00:250::11 origin igp",
+        ],
+        "over-v6": [
+            "announce route 10.252.0.5/32 next-hop 10.250.0.11 origin igp",
+            "announce route fd00:252::5/128 next-hop self origin igp",
+        ],
+    }
+    # A node with no IPv6 address to give: the IPv6 routes stay home, and the node says so.
+    bare = next_hops.Facts(interfaces={"eth0": (ip("10.250.0.11"), ip("fe80::11"))})
+    v4_node = desired.Node("n1", internal_ips=("10.250.0.11",))
+    alone, _ = bgp_intent.sessions(config, v4_node, {}, bare)
+    left = routes.desired(announcements, [s for s in alone if s.name == "over-v4"])
+    assert list(left.routes["over-v4"]) == [ipaddress.ip_network("10.252.0.5/32")]
+    assert [(p.name, p.field) for p in left.problems] == [
+        ("over-v4", "spec.dualStackAddressFamily")
+    ]
+    assert "no IPv6 next hop" in left.problems[0].message

@@ -64,6 +64,14 @@ PEERS: dict[str, peers.Peer] = {
         dual_stack=True,
         ipv6_next_hop=ipaddress.IPv6Address("fd00:250::11"),
     ),
+    "dual-stack-over-ipv6": peers.Peer(
+        name="tor6-dual",
+        my_asn=64512,
+        peer_asn=64500,
+        peer_address=ip("fd00:250::1"),
+        dual_stack=True,
+        ipv4_next_hop=ipaddress.IPv4Address("10.250.0.11"),
+    ),
 }
 
 
@@ -203,6 +211,40 @@ def test_batched_commands_group_by_attributes() -> None:
     carried = {p: c.attributes for c in cmds for p in c.announce}
     assert carried == announce
     assert {p for c in cmds for p in c.withdraw} == withdraw
+
+
+@pytest.mark.parametrize(
+    ("name", "prefixes", "lines"),
+    [
+        pytest.param(
+            "dual-stack",
+            ("10.252.0.1/32", "fd00:252::1/128", "fd00:252::2/128"),
+            [
+                "announce route 10.252.0.1/32 next-hop self origin igp",
+                "announce attributes next-hop fd00:250::11 origin igp nlri "
+                "fd00:252::1/128 fd00:252::2/128",
+            ],
+            id="v6-over-v4",
+        ),
+        pytest.param(
+            "dual-stack-over-ipv6",
+            ("10.252.0.1/32", "10.252.0.2/32", "fd00:252::1/128"),
+            [
+                "announce attributes next-hop 10.250.0.11 origin igp nlri "
+                "10.252.0.1/32 10.252.0.2/32",
+                "announce route fd00:252::1/128 next-hop self origin igp",
+            ],
+            id="v4-over-v6",
+        ),
+    ],
+)
+def test_the_other_family_goes_out_with_its_own_next_hop(
+    name: str, prefixes: tuple[str, ...], lines: list[str]
+) -> None:
+    """A dual-stack session: its own family's routes name "self", the other family's the
+    node's address of that family (`next_hops`; ExaBGP refuses "self" for them)."""
+    change = routes.Change(announce={net(p): A() for p in prefixes})
+    assert [c.text for c in rendering.commands(PEERS[name], change)] == lines
 
 
 def test_other_family_without_next_hop_is_refused() -> None:

@@ -226,7 +226,14 @@ FIELDS: dict[str, dict[str, Field]] = {
             f"{UNIT}/test_webhook.py::test_peer_disable_mp_warns",
             note="deprecated, no effect in MetalLB either",
         ),
-        "spec.dualStackAddressFamily": reported({"dualStackAddressFamily": True}),
+        "spec.dualStackAddressFamily": honoured(
+            f"{UNIT}/test_bgp_intent.py::"
+            "test_dual_stack_sessions_carry_the_other_family_with_the_nodes_address",
+            f"{UNIT}/test_bgp_next_hops.py::test_choose",
+            f"{UNIT}/test_bgp_rendering.py::test_the_other_family_goes_out_with_its_own_next_hop",
+            f"{UNIT}/test_bgp_rendering.py::test_golden[dual-stack-over-ipv6]",
+            "tests/e2e/test_bgp_fields.py::test_dual_stack_peer_carries_the_other_family",
+        ),
     },
     model.BFD_PROFILE: {
         "spec.receiveInterval": honoured(

@@ -356,6 +356,8 @@ def test_internal_ips_and_node_lookup_by_name() -> None:
     assert snapshot.internal_ips(store.node("n1")) == ["fd00::5", "10.0.0.5"]
     assert store.node("n2") is None
     assert snapshot.internal_ips(None) == []
+    # The node's view carries them too: a dual-stack BGP session's next hop falls back on them.
+    assert built_nodes(draining_node("n1"))["n1"].internal_ips == ("fd00::5", "10.0.0.5")
 
 
 def test_health_check_node_port_reaches_the_view() -> None:
