@@ -1,8 +1,10 @@
 """Entry point: `python -m speaker` / `ironlb-speaker`.
 
 Flags keep MetalLB's names and environment variables where one exists (`--ml-bind-addr` /
-`METALLB_ML_BIND_ADDR`, `--ml-bind-port`, `--ml-secret-key-path`, `--lb-class`,
-`--ignore-exclude-lb`, `NODE_NAME`, `METALLB_NAMESPACE`); ironlb's own: the data-path check
+`METALLB_ML_BIND_ADDR`, `--ml-bind-port` / `METALLB_ML_BIND_PORT`, also spelt `--ml-bindaddr` and
+`--ml-bindport` as MetalLB's speaker does, `--ml-secret-key-path`, `--lb-class`, `--host` /
+`METALLB_HOST`, `--ignore-exclude-lb`, `NODE_NAME` or `METALLB_NODE_NAME`, `METALLB_NAMESPACE`);
+ironlb's own: the data-path check
 (`--datapath-check`, `--healthz-url`, `--datapath-probe-rate`) and `--drain-on-cordon`.
 """
 
@@ -27,7 +29,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="Announce allocated LoadBalancer addresses from this node (ARP/NDP or BGP).",
     )
     parser.add_argument(
-        "--node-name", default=env("NODE_NAME", ""), help="this node's name (env NODE_NAME)"
+        "--node-name",
+        default=env("NODE_NAME") or env("METALLB_NODE_NAME", ""),
+        help="this node's name (env NODE_NAME, or MetalLB's METALLB_NODE_NAME)",
     )
     parser.add_argument(
         "--namespace",
@@ -38,11 +42,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lb-class", default="", help="handle only this loadBalancerClass")
     parser.add_argument("--metrics-port", type=int, default=7473, help="Prometheus; 0 = off")
     parser.add_argument(
+        "--host",
+        default=env("METALLB_HOST", ""),
+        help="address of /metrics, /healthz, /readyz and /explain (env METALLB_HOST; the chart "
+        "gives the node's own, as MetalLB's does); empty: every address of both families",
+    )
+    parser.add_argument(
         "--ml-bind-addr",
+        "--ml-bindaddr",
         default=env("METALLB_ML_BIND_ADDR", ""),
         help="membership address (empty: membership off, Node Ready decides liveness)",
     )
-    parser.add_argument("--ml-bind-port", type=int, default=7946, help="membership UDP port")
+    parser.add_argument(
+        "--ml-bind-port",
+        "--ml-bindport",
+        type=int,
+        default=int(env("METALLB_ML_BIND_PORT") or 7946),
+        help="membership UDP port (env METALLB_ML_BIND_PORT)",
+    )
     parser.add_argument(
         "--ml-seeds", default=env("IRONLB_ML_SEEDS", ""), help="comma-separated host[:port] seeds"
     )
@@ -115,6 +132,7 @@ async def _run(args: argparse.Namespace, settings: joining.Settings | None) -> i
         lb_class=args.lb_class,
         kubeconfig=args.kubeconfig,
         metrics_port=args.metrics_port,
+        metrics_host=args.host or None,
         ignore_exclude_lb=args.ignore_exclude_lb,
         log_level=args.log_level,
         drain_on_cordon=args.drain_on_cordon,

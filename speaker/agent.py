@@ -186,6 +186,7 @@ class Options:
     lb_class: str = ""
     kubeconfig: str | None = None
     metrics_port: int = 7473
+    metrics_host: str | None = None  # None: every address of both families
     ignore_exclude_lb: bool = False
     log_level: str = "info"
     drain_on_cordon: bool = False  # a cordoned node hands its addresses over
@@ -1058,7 +1059,7 @@ async def run(
         return [*([] if agent.ready.is_set() else listing), *not_ready()]
 
     server = (
-        health.Server(options.metrics_port, REGISTRY, reasons, explain=agent.explain)
+        health.Server(options.metrics_port, REGISTRY, reasons, options.metrics_host, agent.explain)
         if options.metrics_port
         else None
     )

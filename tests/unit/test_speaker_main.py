@@ -35,6 +35,21 @@ def test_membership_flags_keep_metallb_names() -> None:
     assert args.ml_profile == "default"
 
 
+def test_metallb_spellings_and_environment_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MetalLB DaemonSet's flags and environment work unchanged."""
+    for name in ("NODE_NAME", "METALLB_NODE_NAME", "METALLB_ML_BIND_PORT", "METALLB_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    args = speaker_main.parse_args(["--ml-bindaddr=10.0.0.1", "--ml-bindport=7947"])
+    assert (args.ml_bind_addr, args.ml_bind_port, args.host) == ("10.0.0.1", 7947, "")
+    monkeypatch.setenv("METALLB_NODE_NAME", "n2")
+    monkeypatch.setenv("METALLB_ML_BIND_PORT", "7950")
+    monkeypatch.setenv("METALLB_HOST", "10.0.0.2")
+    args = speaker_main.parse_args([])
+    assert (args.node_name, args.ml_bind_port, args.host) == ("n2", 7950, "10.0.0.2")
+    monkeypatch.setenv("NODE_NAME", "n3")  # ours wins where both are set
+    assert speaker_main.parse_args([]).node_name == "n3"
+
+
 def test_an_unresolvable_seed_name_is_not_an_error_at_start() -> None:
     args = speaker_main.parse_args(
         ["--node-name=n1", "--ml-bind-addr=10.0.0.1", "--ml-seeds=no-such-host.invalid:7946"]
