@@ -19,6 +19,7 @@ import sys
 from ironlb import datapath
 from ironlb_io import kube, logs
 from speaker import agent, appliers, datapath_probing, joining, seeds
+from speaker.layer2 import interfaces
 from speaker.membership import config as membership_config
 
 
@@ -59,6 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=int(env("METALLB_ML_BIND_PORT") or 7946),
         help="membership UDP port (env METALLB_ML_BIND_PORT)",
+    )
+    parser.add_argument(
+        "--excludel2-path",
+        default=interfaces.EXCLUDE_CONFIG_PATH,
+        help="MetalLB's excludel2.yaml (the metallb-excludel2 ConfigMap): interfaces never used "
+        "for layer 2; without the file, MetalLB's chart default list",
     )
     parser.add_argument(
         "--ml-seeds", default=env("IRONLB_ML_SEEDS", ""), help="comma-separated host[:port] seeds"
@@ -150,7 +157,11 @@ async def _run(args: argparse.Namespace, settings: joining.Settings | None) -> i
     joined = None if member is None else asyncio.ensure_future(member.run())
     if joined is not None:
         joined.add_done_callback(_report_failure)
-    layer2 = None if args.no_layer2 else await appliers.layer2(agent.REGISTRY)
+    layer2 = (
+        None
+        if args.no_layer2
+        else await appliers.layer2(agent.REGISTRY, appliers.layer2_excludes(args.excludel2_path))
+    )
     bgp = None if args.no_bgp else appliers.bgp(args.node_name, agent.REGISTRY)
     try:
         return await agent.run(

@@ -7,8 +7,9 @@ node that only does L2 never starts ExaBGP (sessions exist only for selected BGP
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
+import yaml
 from prometheus_client import registry as prom_registry
 
 from ironlb import model
@@ -16,7 +17,7 @@ from ironlb.problems import Problem
 from speaker import bgp_intent, desired
 from speaker.bgp import exabgp, local_addresses, next_hops, routes, speaking
 from speaker.bgp import metrics as bgp_metrics
-from speaker.layer2 import announcing
+from speaker.layer2 import announcing, interfaces
 from speaker.layer2 import metrics as layer2_metrics
 from speaker.layer2 import threaded as layer2_threaded
 
@@ -26,8 +27,11 @@ log = logging.getLogger(__name__)
 HANDOVER_WAIT_S = 1.0
 
 
-async def layer2(registry: prom_registry.CollectorRegistry) -> layer2_threaded.ThreadedLayer2:
-    announcer = layer2_threaded.ThreadedLayer2(announcing.Layer2Announcer())
+async def layer2(
+    registry: prom_registry.CollectorRegistry,
+    exclude: Iterable[str] = interfaces.DEFAULT_EXCLUDE,
+) -> layer2_threaded.ThreadedLayer2:
+    announcer = layer2_threaded.ThreadedLayer2(announcing.Layer2Announcer(exclude=exclude))
     registry.register(layer2_metrics.Collector(announcer.stats))
     await announcer.start()
     return announcer
@@ -86,6 +90,35 @@ def _addresses(config: model.Config) -> next_hops.Facts:
     return local_addresses.read(
         p.peer_address for p in dual if p.peer_address is not None and p.source_address is None
     )
+
+
+def layer2_excludes(path: str) -> tuple[str, ...]:
+    """The interfaces left out of layer 2, from MetalLB's `excludel2.yaml` (its
+    `metallb-excludel2` ConfigMap, mounted; an empty list excludes nothing, as in MetalLB).
+    Without the file, MetalLB's chart default list. A file that cannot be read or parsed keeps
+    the default list and says so: a bad ConfigMap must not stop the speaker."""
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        log.info("no layer 2 exclusion file; MetalLB's default list", extra={"path": path})
+        return interfaces.DEFAULT_EXCLUDE
+    except (OSError, yaml.YAMLError) as e:
+        log.error(
+            "layer 2 exclusion file unreadable; MetalLB's default list instead",
+            extra={"path": path, "error": str(e)},
+        )
+        return interfaces.DEFAULT_EXCLUDE
+    try:
+        patterns = interfaces.parse_exclude_config(data)
+    except ValueError as e:
+        log.error(
+            "layer 2 exclusion file invalid; MetalLB's default list instead",
+            extra={"path": path, "error": str(e)},
+        )
+        return interfaces.DEFAULT_EXCLUDE
+    log.info("layer 2 exclusions read", extra={"path": path, "patterns": list(patterns)})
+    return patterns
 
 
 def bgp(node_name: str, registry: prom_registry.CollectorRegistry) -> BGPApplier:

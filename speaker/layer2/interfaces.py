@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 DEFAULT_EXCLUDE: Final = (
     "^docker.*",
@@ -57,6 +57,34 @@ class Eligibility:
     @property
     def any(self) -> bool:
         return self.arp or self.ndp
+
+
+# MetalLB's speaker reads its interface exclusions from the `metallb-excludel2` ConfigMap,
+# mounted here; so does ours (`speaker.layer2.excludes` reads the file).
+EXCLUDE_CONFIG_PATH: Final = "/etc/metallb/excludel2.yaml"
+EXCLUDE_CONFIG_KEY: Final = "announcedInterfacesToExclude"
+
+
+def parse_exclude_config(data: Any) -> tuple[str, ...]:
+    """The regexes of MetalLB's `excludel2.yaml` (already parsed from YAML): a mapping whose
+    `announcedInterfacesToExclude` lists them. An empty or missing list excludes nothing, as in
+    MetalLB. ValueError, saying what is wrong, for anything else or a regex that does not
+    compile."""
+    if data is None:
+        return ()
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"expected a mapping with {EXCLUDE_CONFIG_KEY!r}, not {type(data).__name__}"
+        )
+    patterns = data.get(EXCLUDE_CONFIG_KEY) or []
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise ValueError(f"{EXCLUDE_CONFIG_KEY} must be a list of strings")
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise ValueError(f"{EXCLUDE_CONFIG_KEY}: {pattern!r} is not a regex: {e}") from e
+    return tuple(patterns)
 
 
 def exclusion(patterns: Iterable[str]) -> re.Pattern[str] | None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
+from speaker import appliers
 from speaker.layer2 import interfaces
 
 ETH0 = interfaces.InterfaceFacts(
@@ -81,3 +83,49 @@ def test_custom_and_empty_exclude_lists() -> None:
     assert interfaces.eligibility(named, custom).reason == "excluded"
     assert interfaces.exclusion([]) is None
     assert interfaces.eligibility(dataclasses.replace(ETH0, name="veth0"), None).any
+
+
+# --- MetalLB's excludel2.yaml ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "patterns"),
+    [
+        ({"announcedInterfacesToExclude": ["^eth1$", "^bond.*"]}, ("^eth1$", "^bond.*")),
+        ({"announcedInterfacesToExclude": []}, ()),  # excludes nothing, as in MetalLB
+        ({}, ()),
+        (None, ()),  # an empty file
+    ],
+)
+def test_metallb_exclusion_files_are_read_as_metallb_reads_them(
+    data: object, patterns: tuple[str, ...]
+) -> None:
+    assert interfaces.parse_exclude_config(data) == patterns
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (["^eth1$"], "expected a mapping"),
+        ({"announcedInterfacesToExclude": "^eth1$"}, "must be a list of strings"),
+        ({"announcedInterfacesToExclude": [1]}, "must be a list of strings"),
+        ({"announcedInterfacesToExclude": ["(unclosed"]}, "is not a regex"),
+    ],
+)
+def test_a_bad_exclusion_file_says_what_is_wrong(data: object, said: str) -> None:
+    with pytest.raises(ValueError, match=said):
+        interfaces.parse_exclude_config(data)
+
+
+def test_the_speaker_reads_the_file_and_falls_back_on_the_default_list(tmp_path: Path) -> None:
+    path = tmp_path / "excludel2.yaml"
+    assert appliers.layer2_excludes(str(path)) == interfaces.DEFAULT_EXCLUDE  # no file
+    path.write_text("announcedInterfacesToExclude:\n  - ^eth9$\n")
+    patterns = appliers.layer2_excludes(str(path))
+    assert patterns == ("^eth9$",)
+    exclude = interfaces.exclusion(patterns)
+    assert exclude is not None and exclude.search("eth9") and not exclude.search("veth0")
+    path.write_text("announcedInterfacesToExclude: [\n")  # not YAML
+    assert appliers.layer2_excludes(str(path)) == interfaces.DEFAULT_EXCLUDE
+    path.write_text("announcedInterfacesToExclude: ['(']\n")  # not a regex
+    assert appliers.layer2_excludes(str(path)) == interfaces.DEFAULT_EXCLUDE
