@@ -377,14 +377,10 @@ NOTED: dict[str, tuple[list[Path], list[str], list[str]]] = {
         ["--set=frr-k8s.prometheus.serviceMonitor.enabled=true"],
         ["frr-k8s:"],
     ),
-    "command and secretName": (
+    "command": (
         [],
-        ["--set=controller.command=/controller", "--set=speaker.secretName=ml"],
-        [
-            "controller.command:",
-            f"speaker.secretName: not used: the membership key is in Secret {cs.RELEASE}-"
-            "memberlist",
-        ],
+        ["--set=controller.command=/controller"],
+        ["controller.command:"],
     ),
 }
 
@@ -400,6 +396,28 @@ def test_notes_name_the_keys_ironlb_does_not_use(
     # Nothing that is honoured is reported as unused.
     for honoured in ("revisionHistoryLimit", "tolerations", "nodeSelector", "networkpolicies"):
         assert not [line for line in lines if honoured in line]
+
+
+@pytest.mark.parametrize(
+    ("sets", "name", "rendered"),
+    [
+        ([], f"{cs.RELEASE}-memberlist", True),
+        (["--set=speaker.secretName=ml"], "ml", True),  # MetalLB's name for it
+        (["--set=speaker.memberlist.existingSecret=mine"], "mine", False),  # GitOps: yours
+        (["--set=speaker.secretName=ml", "--set=speaker.memberlist.existingSecret=mine"], "mine",
+         False),
+    ],
+)  # fmt: skip
+def test_the_membership_key_secret_is_named_as_asked(
+    helm: cs.Tools, notes_chart: Path, sets: list[str], name: str, rendered: bool
+) -> None:
+    objects = helm.render(*sets)
+    secrets = [o["metadata"]["name"] for o in by_kind(objects, "Secret")]
+    assert (name in secrets) == rendered, secrets
+    volumes = pod_spec(objects, "DaemonSet")["volumes"]
+    assert name in [v.get("secret", {}).get("secretName") for v in volumes], volumes
+    lines = note_lines(notes(helm, notes_chart, *sets))
+    assert not [line for line in lines if "secretName" in line]
 
 
 def test_notes_say_nothing_of_metallb_for_our_own_values(helm: cs.Tools, notes_chart: Path) -> None:

@@ -68,7 +68,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "ironlb.memberlistSecretName" -}}
-{{- printf "%s-memberlist" (include "ironlb.fullname" .) -}}
+{{- .Values.speaker.memberlist.existingSecret | default .Values.speaker.secretName | default (printf "%s-memberlist" (include "ironlb.fullname" .)) -}}
 {{- end -}}
 
 {{- define "ironlb.webhookServiceName" -}}

@@ -124,9 +124,6 @@ absence.
 {{- end }}
 {{- end }}
 {{- end }}
-{{- if dig "secretName" "" $s }}
-{{- $notes = append $notes (printf "speaker.secretName: not used: the membership key is in Secret %s, which the chart creates." (include "ironlb.memberlistSecretName" .)) }}
-{{- end }}
 {{- range $notes }}
   * {{ . }}
 {{- end }}
