@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from speaker.layer2 import interfaces
 from tests.integration import chart_support as cs
 from tests.integration.test_chart import by_kind, one
 
@@ -420,6 +421,31 @@ def test_the_membership_key_secret_is_named_as_asked(
     assert not [line for line in lines if "secretName" in line]
 
 
+@pytest.mark.parametrize(
+    ("sets", "patterns"),
+    [
+        ([], list(interfaces.DEFAULT_EXCLUDE)),
+        (["--set=speaker.excludeInterfaces.enabled=true"], list(interfaces.DEFAULT_EXCLUDE)),
+        (["--set=speaker.excludeInterfaces.enabled=false"], []),  # MetalLB: nothing excluded
+    ],
+)
+def test_the_layer2_exclusions_are_metallbs_configmap_mounted_where_metallb_reads_it(
+    helm: cs.Tools, sets: list[str], patterns: list[str]
+) -> None:
+    objects = helm.render(*sets)
+    config_map = one(objects, "ConfigMap", "metallb-excludel2")
+    data = yaml.safe_load(config_map["data"]["excludel2.yaml"])
+    assert interfaces.parse_exclude_config(data) == tuple(patterns)
+    spec = pod_spec(objects, "DaemonSet")
+    [volume] = [
+        v
+        for v in spec["volumes"]
+        if v.get("configMap", {}).get("name") == config_map["metadata"]["name"]
+    ]
+    [mount] = [m for m in container(spec, "speaker")["volumeMounts"] if m["name"] == volume["name"]]
+    assert f"{mount['mountPath']}/excludel2.yaml" == interfaces.EXCLUDE_CONFIG_PATH
+
+
 def test_notes_say_nothing_of_metallb_for_our_own_values(helm: cs.Tools, notes_chart: Path) -> None:
     text = notes(helm, notes_chart)
     assert f"is installed in namespace {cs.NAMESPACE}" in text
@@ -447,7 +473,6 @@ REFUSED: dict[str, dict[str, Any]] = {
     "controller.tlsCipherSuites": {
         "controller": {"tlsCipherSuites": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}
     },
-    "speaker.excludeInterfaces.enabled": {"speaker": {"excludeInterfaces": {"enabled": False}}},
     "speaker.gratuitousARPInterval": {"speaker": {"gratuitousARPInterval": 30}},
     "speaker.hostNetwork": {"speaker": {"hostNetwork": False}},
     "speaker.wanConfig": {"speaker": {"wanConfig": True}},

@@ -42,10 +42,6 @@ absence.
 {{- $refused = append $refused (printf "%s: %v: ironlb's webhook uses OpenSSL's default cipher suites and curves and has no setting for them. Remove the key." $key $value) }}
 {{- end }}
 {{- end }}
-{{- $exclude := dig "excludeInterfaces" "enabled" true $s }}
-{{- if and (kindIs "bool" $exclude) (not $exclude) }}
-{{- $refused = append $refused "speaker.excludeInterfaces.enabled: false: ironlb's speaker always leaves MetalLB's default interfaces (docker*, veth*, cali*, flannel*, lo, ...) out of layer 2 and has no setting to answer on them. Remove the key." }}
-{{- end }}
 {{- $garp := dig "gratuitousARPInterval" nil $s }}
 {{- if and $garp (not (has (toString $garp) (list "0" "0s"))) }}
 {{- $refused = append $refused (printf "speaker.gratuitousARPInterval: %v: ironlb's speaker sends gratuitous ARP/NDP when it takes an address over (5 rounds in 4.4 s), never periodically. Remove the key or set 0." $garp) }}
