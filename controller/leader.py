@@ -43,6 +43,10 @@ class Action(enum.Enum):
     WAIT = "wait"  # someone else holds it and has renewed recently
 
 
+# A release that meets a newer version of the Lease reads it and tries again, this often.
+RELEASE_ATTEMPTS = 3
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     holder: str
@@ -218,16 +222,36 @@ class Elector:
                 await asyncio.sleep(min(self.retry_every, self.renew_every / 2))
 
     async def release(self) -> None:
-        """Hand the Lease back so a successor need not wait for it to expire."""
-        if not self.holding() or self._record is None:
-            return
+        """Hand the Lease back so a successor need not wait for it to expire.
+
+        Whenever the Lease still names us, even past our renew deadline (a slow machine): nobody
+        else holds it then, and the write's resourceVersion keeps it from undoing anyone's. A
+        renewal cut short by the shutdown may have reached the apiserver without its answer being
+        read, leaving our version stale: on a conflict the Lease is read again and released
+        while it names us."""
+        record = self._record
         self._valid_until = 0.0
-        body = self._body(self._record, taking=False)
-        body["spec"]["holderIdentity"] = ""
-        body["spec"]["leaseDurationSeconds"] = 1
-        try:
-            await self.client.replace(self.path, body)
-        except kube.ApiError as e:
-            log.warning("could not release the leader lease", extra={"error": str(e)})
-        else:
+        for _ in range(RELEASE_ATTEMPTS):
+            if record is None or record.holder != self.identity:
+                return  # never ours, or someone else's now
+            body = self._body(record, taking=False)
+            body["spec"]["holderIdentity"] = ""
+            body["spec"]["leaseDurationSeconds"] = 1
+            try:
+                await self.client.replace(self.path, body)
+            except kube.ApiError as e:
+                if not e.conflict:
+                    log.warning("could not release the leader lease", extra={"error": str(e)})
+                    return
+                try:
+                    record = await self._read()
+                except kube.ApiError as again:
+                    log.warning("could not release the leader lease", extra={"error": str(again)})
+                    return
+                continue
             log.info("released the leader lease", extra={"identity": self.identity})
+            return
+        log.warning(
+            "could not release the leader lease",
+            extra={"error": f"changed under us {RELEASE_ATTEMPTS} times"},
+        )

@@ -166,6 +166,40 @@ async def test_release_lets_a_successor_in_at_once() -> None:
     assert await elector(api, clock, "second").try_once()
 
 
+async def test_release_after_a_renewal_whose_answer_was_lost_still_releases() -> None:
+    """A renewal cut short by the shutdown may have reached the apiserver although its answer
+    was never read: our resourceVersion is then stale. The release reads the Lease again and
+    releases it while it names us (a clean-clone run's stopped controller kept it)."""
+    api, clock = FakeApi(), Clock()
+    e = elector(api, clock)
+    assert await e.try_once()
+    api.renew_as("me")  # our renewal, landed; its answer lost to the cancellation
+    await e.release()
+    assert api.lease is not None and api.lease["spec"]["holderIdentity"] == ""
+
+
+async def test_release_after_the_renew_deadline_still_releases_a_lease_that_names_us() -> None:
+    """A slow machine: the last renewal is older than the deadline when the process stops.
+    Nobody else holds the Lease (it still names us), so handing it back is safe and spares a
+    successor the wait."""
+    api, clock = FakeApi(), Clock()
+    e = elector(api, clock)
+    assert await e.try_once()
+    clock.now += 7  # past the 6 s deadline, within the 9 s duration
+    assert not e.holding()
+    await e.release()
+    assert api.lease is not None and api.lease["spec"]["holderIdentity"] == ""
+
+
+async def test_release_never_takes_a_lease_someone_else_holds() -> None:
+    api, clock = FakeApi(), Clock()
+    e = elector(api, clock)
+    assert await e.try_once()
+    api.renew_as("successor")
+    await e.release()
+    assert api.lease is not None and api.lease["spec"]["holderIdentity"] == "successor"
+
+
 async def test_renewal_failures_end_leadership_at_the_deadline() -> None:
     api, clock = FakeApi(), Clock()
     e = elector(api, clock)
