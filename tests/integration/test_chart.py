@@ -355,6 +355,7 @@ EXPECTED_OBJECTS = {
     ("ClusterRole", "ironlb:speaker", ""),
     ("ClusterRoleBinding", "ironlb:controller", ""),
     ("ClusterRoleBinding", "ironlb:speaker", ""),
+    ("ConfigMap", "metallb-excludel2", cs.NAMESPACE),
     ("DaemonSet", "ironlb-speaker", cs.NAMESPACE),
     ("Deployment", "ironlb-controller", cs.NAMESPACE),
     ("PodDisruptionBudget", "ironlb-controller", cs.NAMESPACE),
