@@ -3,7 +3,8 @@
 Flags keep MetalLB's names and environment variables where one exists (`--ml-bind-addr` /
 `METALLB_ML_BIND_ADDR`, `--ml-bind-port` / `METALLB_ML_BIND_PORT`, also spelt `--ml-bindaddr` and
 `--ml-bindport` as MetalLB's speaker does, `--ml-secret-key-path`, `--lb-class`, `--host` /
-`METALLB_HOST`, `--ignore-exclude-lb`, `NODE_NAME` or `METALLB_NODE_NAME`, `METALLB_NAMESPACE`);
+`METALLB_HOST`, `--ignore-exclude-lb`, `--gratuitous-arp-interval` /
+`METALLB_GRATUITOUS_ARP_INTERVAL`, `NODE_NAME` or `METALLB_NODE_NAME`, `METALLB_NAMESPACE`);
 ironlb's own: the data-path check
 (`--datapath-check`, `--healthz-url`, `--datapath-probe-rate`) and `--drain-on-cordon`.
 """
@@ -14,6 +15,7 @@ import argparse
 import asyncio
 import logging
 import os
+import re
 import sys
 
 from ironlb import datapath
@@ -21,6 +23,20 @@ from ironlb_io import kube, logs
 from speaker import agent, appliers, datapath_probing, joining, seeds
 from speaker.layer2 import interfaces
 from speaker.membership import config as membership_config
+
+# MetalLB's bound on --gratuitous-arp-interval: seconds that fit an int32.
+MAX_GRATUITOUS_ARP_INTERVAL_S = 2**31 - 1
+
+
+def gratuitous_arp_interval(text: str) -> int:
+    """MetalLB's --gratuitous-arp-interval: whole seconds from 0 (off) to 2^31 - 1."""
+    # Go's strconv.Atoi, as MetalLB parses it: ASCII digits, an optional sign, nothing else.
+    seconds = int(text) if re.fullmatch(r"[+-]?[0-9]+", text) else -1
+    if not 0 <= seconds <= MAX_GRATUITOUS_ARP_INTERVAL_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a whole number of seconds from 0 (off) to {MAX_GRATUITOUS_ARP_INTERVAL_S}"
+        )
+    return seconds
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -80,6 +96,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="default",
         choices=sorted(membership_config.PROFILES),
         help="membership timings: ironlb's tuned LAN defaults, or memberlist's (MetalLB's)",
+    )
+    parser.add_argument(
+        "--gratuitous-arp-interval",
+        type=gratuitous_arp_interval,
+        # A string default goes through `type` too, so a bad environment value is an error.
+        default=env("METALLB_GRATUITOUS_ARP_INTERVAL") or 0,
+        help="announce every address this node owns in layer 2 again (gratuitous ARP, "
+        "unsolicited NA) every this many seconds; 0 (default): only when it takes one over "
+        "(env METALLB_GRATUITOUS_ARP_INTERVAL)",
     )
     parser.add_argument("--no-layer2", action="store_true", help="do not answer ARP/NDP")
     parser.add_argument("--no-bgp", action="store_true", help="do not run BGP")
@@ -160,7 +185,11 @@ async def _run(args: argparse.Namespace, settings: joining.Settings | None) -> i
     layer2 = (
         None
         if args.no_layer2
-        else await appliers.layer2(agent.REGISTRY, appliers.layer2_excludes(args.excludel2_path))
+        else await appliers.layer2(
+            agent.REGISTRY,
+            appliers.layer2_excludes(args.excludel2_path),
+            gratuitous_interval=args.gratuitous_arp_interval,
+        )
     )
     bgp = None if args.no_bgp else appliers.bgp(args.node_name, agent.REGISTRY)
     try:

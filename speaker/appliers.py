@@ -30,8 +30,12 @@ HANDOVER_WAIT_S = 1.0
 async def layer2(
     registry: prom_registry.CollectorRegistry,
     exclude: Iterable[str] = interfaces.DEFAULT_EXCLUDE,
+    gratuitous_interval: float = 0.0,
 ) -> layer2_threaded.ThreadedLayer2:
-    announcer = layer2_threaded.ThreadedLayer2(announcing.Layer2Announcer(exclude=exclude))
+    """`gratuitous_interval` > 0: announce every owned address again that often (seconds)."""
+    announcer = layer2_threaded.ThreadedLayer2(
+        announcing.Layer2Announcer(exclude=exclude, gratuitous_interval=gratuitous_interval)
+    )
     registry.register(layer2_metrics.Collector(announcer.stats))
     await announcer.start()
     return announcer

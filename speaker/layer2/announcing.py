@@ -7,7 +7,9 @@ shell around it: it scans interfaces (every 10 s, like MetalLB), opens a `socket
 eligible one, hands every readable frame to the announcer and wakes it when gratuitous frames
 are due. Callers say what the node owns now (`set_owned`); the announcer works out the change:
 addresses gained are announced at once (and repeated), addresses lost are refused from the very
-next request, and nothing is sent on release (as in MetalLB).
+next request, and nothing is sent on release (as in MetalLB). With a refresh interval
+(`--gratuitous-arp-interval`), every owned address is also announced again periodically, until
+the moment it is lost (`gratuitous.Refresh`).
 
 The same read path notices split brain: a frame in which another machine claims an owned address
 (`conflicts.detect`) is counted, kept as a current conflict for `conflicts.EXPIRY_S`, logged and
@@ -82,6 +84,7 @@ class Announcer:
         stats: metrics.Stats | None = None,
         schedule: gratuitous.Schedule | None = None,
         *,
+        refresh: gratuitous.Refresh | None = None,
         on_conflict: OnConflict | None = None,
         tracker: conflicts.Tracker | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -89,6 +92,8 @@ class Announcer:
     ) -> None:
         self.stats = stats or metrics.Stats()
         self.schedule = schedule or gratuitous.Schedule()
+        # Periodic announcements of every owned address; off unless given an interval.
+        self.refresh = refresh or gratuitous.Refresh()
         self.owned: dict[packets.IPAddress, responding.Interfaces] = {}
         self.ports: dict[str, Port] = {}
         # This node's MACs: the ports' and those of the interfaces that do not announce.
@@ -111,8 +116,10 @@ class Announcer:
         self.owned = new
         for address in lost:
             self.schedule.lose(address)
+            self.refresh.lose(address)
         for address in gained:
             self.schedule.gain(address, now)
+            self.refresh.own(address, now)
         if gained or lost:
             self._sync_groups()
             self._forget(self.conflicts.retain(self.owned), "address released")
@@ -199,24 +206,40 @@ class Announcer:
         self.stats.conflicting = tuple((str(c.ip), c.mac) for c in self.conflicts.current)
 
     def tick(self, now: float, limit: int | None = None) -> float | None:
-        """Send the gratuitous rounds due at `now`, for at most `limit` addresses; returns when
-        the next one is due (at or before `now` if some were left for the next call)."""
-        for address in self.schedule.due(now, limit):
-            allowed = self.owned.get(address)
-            if allowed is None:
+        """Send the gratuitous frames due at `now` (takeover rounds first, then periodic ones),
+        for at most `limit` addresses; returns when the next are due (at or before `now` if
+        some were left for the next call)."""
+        burst = self.schedule.due(now, limit)
+        for address in burst:
+            self.refresh.sent(address, now)
+        left = None if limit is None else limit - len(burst)
+        periodic = [] if left == 0 else self.refresh.due(now, left, self.schedule.pending())
+        for address in (*burst, *periodic):
+            self._announce(address)
+        return self.next_due()
+
+    def next_due(self) -> float | None:
+        """When gratuitous frames are next due, takeover or periodic; None: none will be."""
+        due = [t for t in (self.schedule.next_due(), self.refresh.next_due()) if t is not None]
+        return min(due, default=None)
+
+    def _announce(self, address: packets.IPAddress) -> None:
+        """Gratuitous ARP (both forms) or an unsolicited NA for `address` on every port it is
+        announced on, each frame counted in `metallb_layer2_gratuitous_sent` as in MetalLB."""
+        allowed = self.owned.get(address)
+        if allowed is None:
+            return
+        v4 = isinstance(address, ipaddress.IPv4Address)
+        for port in self.ports.values():
+            if not responding.allows(allowed, port.name) or not (port.arp if v4 else port.ndp):
                 continue
-            v4 = isinstance(address, ipaddress.IPv4Address)
-            for port in self.ports.values():
-                if not responding.allows(allowed, port.name) or not (port.arp if v4 else port.ndp):
-                    continue
-                for frame in packets.gratuitous(port.mac, address):
-                    try:
-                        port.send(frame)
-                    except OSError as e:
-                        logger.warning("gratuitous %s on %s failed: %s", address, port.name, e)
-                    else:
-                        self.stats.gratuitous_sent[str(address)] += 1
-        return self.schedule.next_due()
+            for frame in packets.gratuitous(port.mac, address):
+                try:
+                    port.send(frame)
+                except OSError as e:
+                    logger.warning("gratuitous %s on %s failed: %s", address, port.name, e)
+                else:
+                    self.stats.gratuitous_sent[str(address)] += 1
 
     def groups_for(self, port: Port) -> frozenset[bytes]:
         """Solicited-node multicast MACs of the IPv6 addresses owned on `port`, and all-nodes
@@ -252,12 +275,19 @@ class Layer2Announcer:
         open_port: OpenPort = sockets.RawPort,
         on_conflict: OnConflict | None = None,
         tracker: conflicts.Tracker | None = None,
+        gratuitous_interval: float = 0.0,
     ) -> None:
         """`on_conflict(conflict)` is called on the event loop this announcer runs on, when
         another machine's claim on an owned address is first seen and every
         `conflicts.REPORT_INTERVAL_S` while it goes on; it must not block (hand the conflict
-        to another loop with `call_soon_threadsafe`). `tracker` sets the expiry and pacing."""
-        self.core = Announcer(stats, on_conflict=on_conflict, tracker=tracker)
+        to another loop with `call_soon_threadsafe`). `tracker` sets the expiry and pacing.
+        `gratuitous_interval` > 0 announces every owned address again that often (seconds)."""
+        self.core = Announcer(
+            stats,
+            refresh=gratuitous.Refresh(gratuitous_interval),
+            on_conflict=on_conflict,
+            tracker=tracker,
+        )
         self._exclude: re.Pattern[str] | None = interfaces.exclusion(exclude)
         self._scan_interval = scan_interval
         self._scan = scan
@@ -283,6 +313,10 @@ class Layer2Announcer:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if self.core.refresh.enabled:
+            logger.info(
+                "layer2: periodic gratuitous ARP/NDP every %g s", self.core.refresh.interval
+            )
         try:
             self.rescan()
         except OSError as e:  # tried again at every periodic scan
@@ -391,7 +425,7 @@ class Layer2Announcer:
         if self._gratuitous_timer is not None:
             self._gratuitous_timer.cancel()
             self._gratuitous_timer = None
-        due = self.core.schedule.next_due()
+        due = self.core.next_due()
         if due is not None:
             self._gratuitous_timer = loop.call_at(due, self._fire)
 

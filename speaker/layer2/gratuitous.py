@@ -6,11 +6,22 @@ failover. As MetalLB's spam loop does, an address gained is announced at once an
 1.1 s (just over the locktime) for 5 s: t = 0, 1.1, 2.2, 3.3, 4.4. Gaining it again while the
 burst runs only extends the window, like MetalLB; losing it stops the burst at once.
 
+`Refresh` is the optional periodic announcement of every owned address (MetalLB's
+`--gratuitous-arp-interval`, off by default). A switch that ages its FDB entry for the owner's MAC
+sooner than a router ages its ARP entry for the address floods, or drops, the router's frames
+until something makes the owner speak (MetalLB #2910); announcing every `interval` seconds keeps
+the entry fresh. The wait runs from an address's last gratuitous frame of either kind, and no
+periodic round goes out while the address's takeover burst runs: a round just before a burst
+round would put that burst round inside the neighbours' locktime, where it is ignored. Losing the
+address ends its refresh at once: a periodic frame from a node that no longer owns the address
+would take the traffic back from the new owner.
+
 Pure: the caller passes the time and sends the frames for the addresses `due` returns.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -66,3 +77,67 @@ class Schedule:
 
     def pending(self) -> frozenset[packets.IPAddress]:
         return frozenset(self._next)
+
+
+@dataclass
+class Refresh:
+    """When each owned address is next announced periodically; `interval` 0 turns it off.
+
+    Every due time is set to `now + interval`, and `now` never goes back (a monotonic clock), so
+    keeping each rescheduled address at the end keeps the addresses in due order: a round over
+    10,000 addresses in batches looks at each once, and `next_due` is the first one's time.
+    """
+
+    interval: float = 0.0
+    _next: dict[packets.IPAddress, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.interval < 0:
+            raise ValueError(f"refresh interval must be 0 (off) or positive, not {self.interval}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.interval > 0
+
+    def own(self, address: packets.IPAddress, now: float) -> None:
+        """Start refreshing `address` (nothing when off or already refreshed). Its takeover
+        burst announces it now; the first periodic round comes a whole interval after the
+        burst's last round (`sent`)."""
+        if self.enabled and address not in self._next:
+            self._next[address] = now + self.interval
+
+    def lose(self, address: packets.IPAddress) -> None:
+        self._next.pop(address, None)
+
+    def sent(self, address: packets.IPAddress, now: float) -> None:
+        """A gratuitous frame for `address` went out at `now` (a burst round): wait anew."""
+        if address in self._next:
+            self._wait(address, now)
+
+    def due(
+        self,
+        now: float,
+        limit: int | None = None,
+        busy: Collection[packets.IPAddress] = frozenset(),
+    ) -> list[packets.IPAddress]:
+        """Addresses to announce now (at most `limit`; the rest stay due), each then next due
+        `interval` from now. An address in `busy` (its takeover burst still runs) is not
+        announced now: it waits a whole interval again."""
+        ready: list[packets.IPAddress] = []
+        for address, at in list(self._next.items()):
+            if at > now + SLACK_S or (limit is not None and len(ready) >= limit):
+                break  # in due order: the rest are later
+            self._wait(address, now)
+            if address not in busy:
+                ready.append(address)
+        return ready
+
+    def next_due(self) -> float | None:
+        return next(iter(self._next.values()), None)
+
+    def pending(self) -> frozenset[packets.IPAddress]:
+        return frozenset(self._next)
+
+    def _wait(self, address: packets.IPAddress, now: float) -> None:
+        del self._next[address]
+        self._next[address] = now + self.interval

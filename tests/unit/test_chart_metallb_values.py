@@ -473,7 +473,6 @@ REFUSED: dict[str, dict[str, Any]] = {
     "controller.tlsCipherSuites": {
         "controller": {"tlsCipherSuites": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}
     },
-    "speaker.gratuitousARPInterval": {"speaker": {"gratuitousARPInterval": 30}},
     "speaker.hostNetwork": {"speaker": {"hostNetwork": False}},
     "speaker.wanConfig": {"speaker": {"wanConfig": True}},
 }
@@ -512,7 +511,7 @@ def test_every_refusal_is_listed_at_once(helm: cs.Tools, tmp_path: Path) -> None
 # Values MetalLB also allows that ask for nothing ironlb lacks: they are not refused.
 ACCEPTED = [
     "--set=speaker.gratuitousARPInterval=0",
-    "--set=speaker.gratuitousARPInterval=0s",
+    "--set=speaker.gratuitousARPInterval=null",
     "--set=tls.minVersion=VersionTLS12",
     "--set=controller.tlsMinVersion=VersionTLS12",
     "--set=speaker.excludeInterfaces.enabled=true",
@@ -525,6 +524,49 @@ ACCEPTED = [
 @pytest.mark.parametrize("setting", ACCEPTED)
 def test_settings_ironlb_matches_are_accepted(helm: cs.Tools, setting: str) -> None:
     helm.render(setting)
+
+
+# MetalLB 0.16.2's periodic gratuitous ARP / NDP: honoured, as the speaker's MetalLB flag.
+GRATUITOUS_ARP_INTERVAL: list[tuple[Any, str | None]] = [
+    (None, None),
+    (0, None),
+    (1, "--gratuitous-arp-interval=1"),
+    (300, "--gratuitous-arp-interval=300"),
+    # Large numbers from a values file are floats to Helm: still whole seconds on the flag.
+    (2**31 - 1, "--gratuitous-arp-interval=2147483647"),
+]
+
+
+@pytest.mark.parametrize(("value", "flag"), GRATUITOUS_ARP_INTERVAL)
+def test_gratuitous_arp_interval_reaches_the_speaker(
+    helm: cs.Tools, tmp_path: Path, value: Any, flag: str | None
+) -> None:
+    override = tmp_path / "values.yaml"
+    override.write_text(yaml.safe_dump({"speaker": {"gratuitousARPInterval": value}}))
+    # On top of MetalLB's own values, as a MetalLB user sets it.
+    objects = helm.render(*files([DEFAULTS_016, override]))
+    args = container(pod_spec(objects, "DaemonSet"), "speaker")["args"]
+    given = [a for a in args if a.startswith("--gratuitous-arp-interval")]
+    assert given == ([] if flag is None else [flag])
+
+
+def test_gratuitous_arp_interval_is_off_by_default(helm: cs.Tools) -> None:
+    assert CHART_DEFAULTS["speaker"]["gratuitousARPInterval"] == 0
+    args = container(pod_spec(helm.render(), "DaemonSet"), "speaker")["args"]
+    assert not [a for a in args if a.startswith("--gratuitous-arp-interval")]
+
+
+@pytest.mark.parametrize("value", [-1, "30s", 1.5, 2**31])
+def test_gratuitous_arp_interval_is_whole_seconds(
+    helm: cs.Tools, tmp_path: Path, value: Any
+) -> None:
+    """What MetalLB's speaker would refuse at start fails the install, at the key."""
+    override = tmp_path / "values.yaml"
+    override.write_text(yaml.safe_dump({"speaker": {"gratuitousARPInterval": value}}))
+    result = helm.helm("template", cs.RELEASE, str(cs.CHART), "-f", str(override), check=False)
+    assert result.returncode != 0
+    assert "at '/speaker/gratuitousARPInterval'" in result.stderr
+    assert result.stdout == ""
 
 
 # --- our own keys stay strict ----------------------------------------------------------------

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from dataclasses import dataclass, field
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from speaker.layer2 import announcing, metrics, packets, responding
+from speaker.layer2 import announcing, gratuitous, metrics, packets, responding
 
 MAC0 = packets.mac_bytes("02:00:0a:fa:00:0b")
 MAC1 = packets.mac_bytes("02:00:0a:fa:01:0b")
@@ -218,3 +220,140 @@ def test_metrics_use_metallb_names_and_ip_labels() -> None:
     # MetalLB's names carry no `_total`; our own typed counter of malformed frames does.
     assert not [line for line in text.splitlines() if "metallb_" in line and "_total" in line]
     assert "ironlb_speaker_malformed_layer2_frames_total 0.0" in text
+
+
+# --- periodic gratuitous announcements (--gratuitous-arp-interval) -----------------------------
+
+
+def refreshing(interval: float) -> tuple[announcing.Announcer, FakePort, FakePort]:
+    core = announcing.Announcer(refresh=gratuitous.Refresh(interval))
+    eth0, eth1 = FakePort("eth0", MAC0), FakePort("eth1", MAC1)
+    core.set_ports({"eth0": eth0, "eth1": eth1})
+    return core, eth0, eth1
+
+
+def run_until(core: announcing.Announcer, until: float) -> list[float]:
+    """Wake the announcer exactly when it asks (as its timer does) up to `until`; returns the
+    times at which it was woken."""
+    woken = []
+    while (due := core.next_due()) is not None and due <= until:
+        core.tick(due)
+        woken.append(round(due, 2))
+    return woken
+
+
+def test_without_an_interval_nothing_follows_the_burst() -> None:
+    core, _, _ = setup()
+    core.set_owned({VIP4: ("eth0",)}, now=0.0)
+    assert run_until(core, 3600.0) == [0.0, 1.1, 2.2, 3.3, 4.4]
+    assert core.next_due() is None
+    assert core.stats.gratuitous_sent == {str(VIP4): 10}
+
+
+def test_every_owned_address_is_announced_every_interval_after_its_burst() -> None:
+    core, eth0, eth1 = refreshing(30.0)
+    core.set_owned({VIP4: ("eth0",), VIP6: ()}, now=0.0)
+    assert run_until(core, 100.0) == [0.0, 1.1, 2.2, 3.3, 4.4, 34.4, 64.4, 94.4]
+    sent0, sent1 = eth0.take(), eth1.take()
+    # Each round as on takeover: both ARP forms on the allowed port, an NA on every port.
+    arp0 = [p for p in sent0 if isinstance(p, packets.Arp)]
+    assert len(arp0) == 2 * 8 and {p.sender_ip for p in arp0} == {VIP4}
+    assert not any(isinstance(p, packets.Arp) for p in sent1)
+    for sent, mac in ((sent0, MAC0), (sent1, MAC1)):
+        na = [p for p in sent if isinstance(p, packets.NeighborAdvertisement)]
+        assert [(p.target, p.override, p.solicited, p.target_mac) for p in na] == [
+            (VIP6, True, False, mac)
+        ] * 8
+    # Counted as MetalLB counts them: in metallb_layer2_gratuitous_sent, per frame.
+    assert core.stats.gratuitous_sent == {str(VIP4): 2 * 8, str(VIP6): 2 * 8}
+
+
+def test_an_interval_shorter_than_the_burst_spacing_never_collides_with_it() -> None:
+    core, eth0, _ = refreshing(1.0)
+    sent_at: list[float] = []
+    core.set_owned({VIP4: ("eth0",)}, now=0.0)
+    while (due := core.next_due()) is not None and due <= 8.0:
+        core.tick(due)
+        if eth0.take():
+            sent_at.append(round(due, 2))
+    assert sent_at == [0.0, 1.1, 2.2, 3.3, 4.4, 5.4, 6.4, 7.4]
+
+
+def test_a_lost_address_gets_no_periodic_frame_after_failover() -> None:
+    """The stale-announcement case: once another node owns the address, a periodic frame from
+    this one would move the neighbours' entries back here."""
+    core, eth0, eth1 = refreshing(2.0)
+    core.set_owned({VIP4: (), VIP4B: ()}, now=0.0)
+    run_until(core, 8.5)  # burst, then periodic rounds at 6.4 and 8.4
+    eth0.take(), eth1.take()
+    assert core.next_due() == pytest.approx(10.4)
+    # Failover at 10.0: VIP4 moves to another node, just before its round is due.
+    core.set_owned({VIP4B: ()}, now=10.0)
+    assert core.refresh.pending() == frozenset({VIP4B})
+    for now in (10.4, 12.4, 14.4, 100.0):
+        core.tick(now)
+    sent = [p for p in eth0.take() + eth1.take() if isinstance(p, packets.Arp)]
+    assert sent and {p.sender_ip for p in sent} == {VIP4B}
+    before = core.stats.gratuitous_sent[str(VIP4)]
+    core.set_owned({}, now=101.0)
+    assert core.next_due() is None
+    assert core.tick(1000.0) is None
+    assert eth0.take() == [] and eth1.take() == []
+    assert core.stats.gratuitous_sent[str(VIP4)] == before
+
+
+def test_regaining_starts_a_burst_then_the_refresh_again() -> None:
+    core, _, _ = refreshing(10.0)
+    core.set_owned({VIP4: ("eth0",)}, now=0.0)
+    run_until(core, 20.0)
+    core.set_owned({}, now=20.0)
+    core.set_owned({VIP4: ("eth0",)}, now=30.0)  # this node owns it again
+    assert run_until(core, 50.0) == [30.0, 31.1, 32.2, 33.3, 34.4, 44.4]
+
+
+def test_changed_interfaces_announce_at_once_and_push_the_next_round() -> None:
+    core, eth0, eth1 = refreshing(10.0)
+    core.set_owned({VIP4: ("eth0",)}, now=0.0)
+    run_until(core, 15.0)  # periodic round at 14.4
+    eth0.take()
+    core.set_owned({VIP4: ("eth0", "eth1")}, now=16.0)
+    assert run_until(core, 30.0) == [16.0, 17.1, 18.2, 19.3, 20.4]
+    assert core.next_due() == pytest.approx(30.4)
+    assert len(eth1.take()) == 2 * 5
+
+
+def test_takeover_rounds_go_first_when_a_batch_is_full() -> None:
+    core, eth0, _ = refreshing(5.0)
+    old = ipaddress.IPv4Address("10.254.1.0")
+    core.set_owned({old: ("eth0",)}, now=0.0)
+    run_until(core, 4.5)
+    eth0.take()
+    # At 9.4 the old address's periodic round is due; 3 addresses are taken over then too.
+    new: dict[packets.IPAddress, tuple[str, ...]] = {
+        ipaddress.IPv4Address("10.254.0.0") + i: ("eth0",) for i in range(3)
+    }
+    core.set_owned({old: ("eth0",), **new}, now=9.4)
+    assert core.tick(9.4, limit=2) == 9.4  # more are due at once
+    first = {p.sender_ip for p in eth0.take() if isinstance(p, packets.Arp)}
+    assert len(first) == 2 and first < set(new)
+    assert core.tick(9.4, limit=2) == pytest.approx(10.5)
+    second = {p.sender_ip for p in eth0.take() if isinstance(p, packets.Arp)}
+    assert second == (set(new) - first) | {old}
+
+
+async def test_the_layer2_announcer_arms_its_timer_for_the_periodic_rounds() -> None:
+    """The asyncio shell wakes for periodic rounds too (no sleeping: the timer is looked at)."""
+    l2 = announcing.Layer2Announcer(scan=list, gratuitous_interval=30.0)
+    l2.core.schedule = gratuitous.Schedule(window=0.0)  # a burst of one round
+    async with l2:
+        loop = asyncio.get_running_loop()
+        l2.set_owned({VIP4: ()})
+        timer = l2._gratuitous_timer
+        assert timer is not None and timer.when() <= loop.time()
+        timer.cancel()
+        l2._fire()  # the burst's one round; the next wake-up is the periodic one
+        timer = l2._gratuitous_timer
+        assert timer is not None
+        assert timer.when() == pytest.approx(loop.time() + 30.0, abs=1.0)
+        l2.set_owned({})
+        assert l2._gratuitous_timer is None

@@ -50,6 +50,46 @@ def test_metallb_spellings_and_environment_are_read(monkeypatch: pytest.MonkeyPa
     assert speaker_main.parse_args([]).node_name == "n3"
 
 
+def test_gratuitous_arp_interval_keeps_metallbs_flag_and_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("METALLB_GRATUITOUS_ARP_INTERVAL", raising=False)
+    assert speaker_main.parse_args([]).gratuitous_arp_interval == 0  # off by default
+    assert speaker_main.parse_args(["--gratuitous-arp-interval=30"]).gratuitous_arp_interval == 30
+    monkeypatch.setenv("METALLB_GRATUITOUS_ARP_INTERVAL", "")  # empty: unset, as in MetalLB
+    assert speaker_main.parse_args([]).gratuitous_arp_interval == 0
+    monkeypatch.setenv("METALLB_GRATUITOUS_ARP_INTERVAL", "60")
+    assert speaker_main.parse_args([]).gratuitous_arp_interval == 60
+    # The flag wins over the environment, so an explicit 0 turns it off.
+    assert speaker_main.parse_args(["--gratuitous-arp-interval", "0"]).gratuitous_arp_interval == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("0", 0), ("1", 1), ("+5", 5), ("007", 7), ("2147483647", 2**31 - 1)],
+)
+def test_gratuitous_arp_interval_takes_whole_seconds(text: str, seconds: int) -> None:
+    assert speaker_main.gratuitous_arp_interval(text) == seconds
+
+
+@pytest.mark.parametrize(
+    "text", ["-1", "2147483648", "1.5", "30s", "", " 5", "1_0", "\u0665", "ten"]
+)
+def test_a_bad_gratuitous_arp_interval_stops_the_speaker_at_once(
+    text: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("METALLB_GRATUITOUS_ARP_INTERVAL", raising=False)
+    with pytest.raises(SystemExit) as flag:
+        speaker_main.main(["--node-name=n1", f"--gratuitous-arp-interval={text}"])
+    assert flag.value.code == 2
+    assert "--gratuitous-arp-interval" in capsys.readouterr().err
+    if text:  # an empty variable is an unset one
+        monkeypatch.setenv("METALLB_GRATUITOUS_ARP_INTERVAL", text)
+        with pytest.raises(SystemExit) as env:
+            speaker_main.main(["--node-name=n1"])
+        assert env.value.code == 2
+
+
 def test_an_unresolvable_seed_name_is_not_an_error_at_start() -> None:
     args = speaker_main.parse_args(
         ["--node-name=n1", "--ml-bind-addr=10.0.0.1", "--ml-seeds=no-such-host.invalid:7946"]

@@ -42,10 +42,6 @@ absence.
 {{- $refused = append $refused (printf "%s: %v: ironlb's webhook uses OpenSSL's default cipher suites and curves and has no setting for them. Remove the key." $key $value) }}
 {{- end }}
 {{- end }}
-{{- $garp := dig "gratuitousARPInterval" nil $s }}
-{{- if and $garp (not (has (toString $garp) (list "0" "0s"))) }}
-{{- $refused = append $refused (printf "speaker.gratuitousARPInterval: %v: ironlb's speaker sends gratuitous ARP/NDP when it takes an address over (5 rounds in 4.4 s), never periodically. Remove the key or set 0." $garp) }}
-{{- end }}
 {{- $hostNetwork := dig "hostNetwork" true $s }}
 {{- if and (kindIs "bool" $hostNetwork) (not $hostNetwork) }}
 {{- $refused = append $refused "speaker.hostNetwork: false: ironlb's speaker answers ARP/NDP and speaks BGP on the node's own interfaces, so it always uses the host network. Remove the key." }}
