@@ -17,8 +17,8 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from ironlb import model
 from ironlb_cli import explain_view, render, speakers, status_view
@@ -27,6 +27,8 @@ from ironlb_io import kube
 EVENT_SELECTOR = "involvedObject.kind=Service,type=Warning"
 MAX_METRICS_BYTES = 8 * 1024 * 1024
 MAX_EXPLAIN_BYTES = 1024 * 1024
+
+_Answer = TypeVar("_Answer")
 
 
 class FetchError(Exception):
@@ -74,22 +76,17 @@ def ask(node: str | None, metrics_url: str, service: str, timeout: float) -> exp
     except (OSError, ValueError) as e:
         reason = e.reason if isinstance(e, urllib.error.URLError) else e
         return explain_view.Probe(url, node, error=str(reason))
-    try:
-        document = json.loads(body)
-    except ValueError:
-        # A speaker older than /explain answers any path with its metrics.
-        error = "the answer is not JSON: does this speaker serve /explain?"
-        return explain_view.Probe(url, node, status=200, error=error)
-    return explain_view.Probe(url, node, document=document, status=200)
+    return answer(url, node, body)
 
 
 def _http_error(e: urllib.error.HTTPError) -> str:
-    """`HTTP 404: unknown Service app/web`: the status and the speaker's JSON `error`."""
+    """`HTTP 404: unknown Service app/web`: the status and the speaker's JSON `error`, else
+    the HTTP reason."""
     try:
-        said = json.loads(e.read(MAX_EXPLAIN_BYTES)).get("error")
-    except (OSError, ValueError, AttributeError):
-        said = None
-    return f"HTTP {e.code}: {said if isinstance(said, str) and said else e.reason}"
+        body = e.read(MAX_EXPLAIN_BYTES)
+    except OSError:
+        body = b""
+    return _said(e.code, body, str(e.reason))
 
 
 async def fetch(
@@ -209,68 +206,85 @@ async def _found(
     return found, None
 
 
-async def scrape_found(
-    credentials: kube.Credentials, args: argparse.Namespace
-) -> tuple[list[status_view.Scrape], list[str]]:
-    """Every speaker Pod's /metrics, and why none could be asked."""
+async def _each_speaker(
+    credentials: kube.Credentials,
+    args: argparse.Namespace,
+    one: Callable[[kube.Client, speakers.Speaker], Awaitable[_Answer]],
+) -> tuple[list[_Answer], list[str]]:
+    """`one` for every speaker Pod, through one client; and why none could be asked."""
     async with kube.Client(credentials, field_manager="ironlb-cli") as client:
         found, error = await _found(client, args)
         if error is not None:
             return [], [error]
+        return list(await asyncio.gather(*(one(client, s) for s in found))), []
 
-        async def one(speaker: speakers.Speaker) -> status_view.Scrape:
-            try:
-                status, body = await asyncio.wait_for(
-                    client.get_raw(speaker.proxy_path("/metrics"), MAX_METRICS_BYTES),
-                    args.timeout,
-                )
-            except (kube.ApiError, TimeoutError) as e:
-                return status_view.Scrape(speaker.label, speaker.node, error=str(e) or "timeout")
-            if status != 200:
-                return status_view.Scrape(speaker.label, speaker.node, error=f"HTTP {status}")
-            text = body.decode("utf-8", errors="replace")
-            return status_view.Scrape(speaker.label, speaker.node, text=text)
 
-        return list(await asyncio.gather(*(one(s) for s in found))), []
+async def scrape_found(
+    credentials: kube.Credentials, args: argparse.Namespace
+) -> tuple[list[status_view.Scrape], list[str]]:
+    """Every speaker Pod's /metrics, and why none could be asked."""
+
+    async def one(client: kube.Client, speaker: speakers.Speaker) -> status_view.Scrape:
+        try:
+            status, body = await asyncio.wait_for(
+                client.get_raw(speaker.proxy_path("/metrics"), MAX_METRICS_BYTES), args.timeout
+            )
+        except (kube.ApiError, TimeoutError) as e:
+            return status_view.Scrape(speaker.label, speaker.node, error=str(e) or "timeout")
+        if status != 200:
+            return status_view.Scrape(speaker.label, speaker.node, error=f"HTTP {status}")
+        text = body.decode("utf-8", errors="replace")
+        return status_view.Scrape(speaker.label, speaker.node, text=text)
+
+    return await _each_speaker(credentials, args, one)
 
 
 async def ask_found(
     credentials: kube.Credentials, args: argparse.Namespace, service: str
 ) -> tuple[list[explain_view.Probe], list[str]]:
     """Every speaker Pod's /explain for `service`, and why none could be asked."""
-    async with kube.Client(credentials, field_manager="ironlb-cli") as client:
-        found, error = await _found(client, args)
-        if error is not None:
-            return [], [error]
 
-        async def one(speaker: speakers.Speaker) -> explain_view.Probe:
-            path = speaker.proxy_path("/explain", {"service": service})
-            try:
-                status, body = await asyncio.wait_for(
-                    client.get_raw(path, MAX_EXPLAIN_BYTES), args.timeout
-                )
-            except (kube.ApiError, TimeoutError) as e:
-                return explain_view.Probe(speaker.label, speaker.node, error=str(e) or "timeout")
-            return answer(speaker.label, speaker.node, status, body)
+    async def one(client: kube.Client, speaker: speakers.Speaker) -> explain_view.Probe:
+        path = speaker.proxy_path("/explain", {"service": service})
+        try:
+            status, body = await asyncio.wait_for(
+                client.get_raw(path, MAX_EXPLAIN_BYTES), args.timeout
+            )
+        except (kube.ApiError, TimeoutError) as e:
+            return explain_view.Probe(speaker.label, speaker.node, error=str(e) or "timeout")
+        return proxied(speaker.label, speaker.node, status, body)
 
-        return list(await asyncio.gather(*(one(s) for s in found))), []
+    return await _each_speaker(credentials, args, one)
 
 
-def answer(url: str, node: str | None, status: int, body: bytes) -> explain_view.Probe:
-    """A speaker's answer to /explain, however it came."""
+def answer(url: str, node: str | None, body: bytes) -> explain_view.Probe:
+    """A speaker's 200 answer to /explain, however it was asked."""
     try:
         document = json.loads(body)
     except ValueError:
-        document = None
-    if status != 200:
-        said = document.get("error") if isinstance(document, dict) else None
-        text = said if isinstance(said, str) and said else body[:200].decode(errors="replace")
-        return explain_view.Probe(url, node, status=status, error=f"HTTP {status}: {text}")
-    if document is None:
         # A speaker older than /explain answers any path with its metrics.
         error = "the answer is not JSON: does this speaker serve /explain?"
         return explain_view.Probe(url, node, status=200, error=error)
     return explain_view.Probe(url, node, document=document, status=200)
+
+
+def proxied(url: str, node: str | None, status: int, body: bytes) -> explain_view.Probe:
+    """A speaker's answer to /explain through the apiserver's Pod proxy: any status."""
+    if status != 200:
+        return explain_view.Probe(url, node, status=status, error=_said(status, body, ""))
+    return answer(url, node, body)
+
+
+def _said(status: int, body: bytes, reason: str) -> str:
+    """`HTTP 404: unknown Service app/web`: the status and the speaker's JSON `error`, else
+    `reason`, else the body's start."""
+    try:
+        said = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        said = None
+    if not (isinstance(said, str) and said):
+        said = reason or body[:200].decode(errors="replace")
+    return f"HTTP {status}: {said}"
 
 
 def service_key(text: str) -> str:

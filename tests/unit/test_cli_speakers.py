@@ -82,5 +82,5 @@ def test_proxy_paths_carry_the_port_and_an_encoded_query() -> None:
 def test_an_answer_through_the_proxy_reads_like_one_asked_directly(
     status: int, body: bytes, document: Any, error: str | None
 ) -> None:
-    probe = cli.answer("pod x", "n1", status, body)
+    probe = cli.proxied("pod x", "n1", status, body)
     assert (probe.document, probe.error, probe.status) == (document, error, status)
