@@ -225,34 +225,28 @@ class _Electorate:
             tuple[tuple[int, ...], frozenset[str]], tuple[frozenset[str], Mapping[str, int]]
         ] = {}
 
-    def selected(
-        self, ads: tuple[model.L2Advertisement, ...]
-    ) -> tuple[frozenset[str], Mapping[str, int]]:
-        key = tuple(id(ad) for ad in ads)
-        found = self._by_ads.get(key)
-        if found is None:
-            names = election.selected(self._usable, ads)
-            found = (
-                names,
-                election.scores_of([u for u in self._usable if u[0].name in names], ads),
-            )
-            self._by_ads[key] = found
-        return found
-
     def without(
         self, ads: tuple[model.L2Advertisement, ...], unready: frozenset[str]
     ) -> tuple[frozenset[str], Mapping[str, int]]:
-        """`selected` less the nodes not ready for a Service; one shared set per distinct
-        (advertisements, unready) pair, so that the election's memo (`_owner`) holds few."""
-        selected, scores = self.selected(ads)
-        if unready.isdisjoint(selected):
-            return selected, scores
-        key = (tuple(id(ad) for ad in ads), unready)
-        found = self._without.get(key)
+        """The usable nodes these advertisements select, with their scores, less the nodes not
+        ready for a Service; one shared set per distinct (advertisements, unready) pair, so
+        that the election's memo (`_owner`) holds few."""
+        key = tuple(id(ad) for ad in ads)
+        selected = self._by_ads.get(key)
+        if selected is None:
+            names = election.selected(self._usable, ads)
+            selected = (
+                names,
+                election.scores_of([u for u in self._usable if u[0].name in names], ads),
+            )
+            self._by_ads[key] = selected
+        if unready.isdisjoint(selected[0]):
+            return selected
+        found = self._without.get((key, unready))
         if found is None:
-            left = selected - unready
-            found = (left, {n: v for n, v in scores.items() if n in left})
-            self._without[key] = found
+            left = selected[0] - unready
+            found = (left, {n: v for n, v in selected[1].items() if n in left})
+            self._without[(key, unready)] = found
         return found
 
 
