@@ -184,10 +184,55 @@ class Deployment:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
+def leftovers(lab: network_lab.Lab) -> list[int]:
+    """ironlb controllers and speakers of this lab that are still running: started for the lab
+    (an argument names a file in its directory) by a run that is gone, such as a demo that was
+    killed. No Deployment stops them, and they hold the ports a new speaker binds."""
+    inside = str(lab.directory) + os.sep
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if argv[1:3] in (["-m", "controller"], ["-m", "speaker"]) and any(
+            a.startswith(inside) for a in argv
+        ):
+            found.append(int(entry.name))
+    return found
+
+
+def stop_leftovers(lab: network_lab.Lab) -> list[int]:
+    """Stop what `leftovers` finds (each leads a process group: ExaBGP goes with its speaker);
+    returns the pids it stopped."""
+    found = leftovers(lab)
+    if found:
+        print(
+            f"deploy: stopping ironlb processes left running in the lab: {found}",
+            file=sys.stderr,
+        )
+        leaders = [p for p in found if _leads_group(p)]
+        processes.stop_pids(leaders, group=True)
+        processes.stop_pids([p for p in found if p not in leaders])
+    return found
+
+
+def _leads_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
+
+
 @contextlib.contextmanager
 def deployed(
     lab: network_lab.Lab, *, speakers: Iterable[int] | None = None, **options: Any
 ) -> Iterator[Deployment]:
+    # A speaker left by an earlier run holds the node's ports: the new one could not bind them,
+    # and every test of the module would fail for a reason that is not its own.
+    stop_leftovers(lab)
     deployment = Deployment(lab, **options)
     try:
         deployment.start_controller()
