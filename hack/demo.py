@@ -865,8 +865,11 @@ class Demo:
         self.controller = None
 
     def _clean_borrowed_lab(self) -> None:
-        with contextlib.suppress(network_lab.LabError):
-            self.kubectl("delete", "namespace", NAMESPACE, "--wait=false", "--ignore-not-found")
+        def delete_namespace() -> None:
+            with contextlib.suppress(network_lab.LabError):
+                self.kubectl("delete", "namespace", NAMESPACE, "--wait=false", "--ignore-not-found")
+
+        delete_namespace()
 
         def statuses_gone() -> bool:
             found = self.get(
@@ -876,8 +879,15 @@ class Demo:
             return not found["items"]
 
         def namespace_gone() -> bool:
-            found = self.kubectl("get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name")
-            return not found.strip()
+            found = self.kubectl("get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "json")
+            if not found.strip():
+                return True
+            # A Ctrl-C during the step that creates the namespace kills that kubectl, but its
+            # request may reach the apiserver after the delete above: delete what is not yet
+            # being deleted, or this waits for nothing until its time is up.
+            if not json.loads(found)["metadata"].get("deletionTimestamp"):
+                delete_namespace()
+            return False
 
         # kube-controller-manager empties the namespace, the Pods' agents confirm their exit.
         until(namespace_gone, STEP_TIMEOUT_S)
