@@ -1,8 +1,8 @@
 """What ironlb accepts but does not do, said where a user looks: pure.
 
 MetalLB's FRR modes honour fields that ironlb's ExaBGP speaker and its own single-hop BFD
-cannot (a VRF, a local-as override, unnumbered sessions, BFD echo, ...). The API accepts them,
-as it must for a MetalLB manifest to apply unchanged, so the gap has to be said out loud instead:
+cannot (a VRF, unnumbered sessions, BFD echo, ...). The API accepts them, as it must for a
+MetalLB manifest to apply unchanged, so the gap has to be said out loud instead:
 `not_honoured(config)` lists each field an object sets that ironlb does not honour, as a
 `Problem` naming the object, the field's path and what happens instead. The one list feeds every
 place a person looks: the webhook returns it as admission warnings (`kubectl apply` prints
@@ -78,12 +78,6 @@ def peer_findings(peer: model.BGPPeer) -> list[Problem]:
     def note(field: str, message: str) -> None:
         found.append(_note(model.BGP_PEER, peer.name, field, message))
 
-    if peer.local_asn and peer.local_asn != peer.my_asn:
-        note(
-            "spec.localASN",
-            f"the session presents myASN {peer.my_asn}, not {peer.local_asn}; "
-            "a router expecting the local ASN refuses it",
-        )
     if peer.peer_address is None and peer.interface:
         note("spec.interface", "unnumbered BGP is not supported; no session is made")
     if (

@@ -93,6 +93,8 @@ def session_for(
             graceful_restart=peer.enable_graceful_restart,
             dual_stack=peer.dual_stack_address_family,
             bfd=_bfd(profile),
+            # localASN equal to myASN changes nothing (FRR would refuse it as a local-as).
+            local_asn=peer.local_asn or None,
         )
     except ValueError as e:
         return problem("spec", str(e))

@@ -56,7 +56,10 @@ class Peer:
     """One BGP session of this node. `name` is the BGPPeer's name (advertisements refer to it).
 
     `peer_asn` None means "whatever the peer says in its OPEN" (dynamicASN: external); for
-    dynamicASN: internal the caller passes `my_asn`. `hold_time`/`keepalive_time` are seconds.
+    dynamicASN: internal the caller passes `my_asn` (MetalLB: the peer must be in myASN).
+    `local_asn` is BGPPeer.localASN: the session presents it instead of `my_asn`, as FRR's
+    `local-as N no-prepend replace-as` (MetalLB's rendering) does, so `my_asn` appears nowhere
+    on this session. `hold_time`/`keepalive_time` are seconds.
     `ipv4_next_hop`/`ipv6_next_hop` replace `next-hop self` for that family: needed only on a
     dual-stack session for the family the TCP session is not, where "self" has no meaning.
     """
@@ -77,9 +80,10 @@ class Peer:
     ipv4_next_hop: ipaddress.IPv4Address | None = None
     ipv6_next_hop: ipaddress.IPv6Address | None = None
     bfd: BFDSettings | None = None
+    local_asn: int | None = None
 
     def __post_init__(self) -> None:
-        for asn in (self.my_asn, self.peer_asn):
+        for asn in (self.my_asn, self.peer_asn, self.local_asn):
             if asn is not None and not 1 <= asn <= 0xFFFFFFFF:
                 raise ValueError(f"peer {self.name}: ASN {asn} out of range")
         if not 1 <= self.peer_port <= 65535:
@@ -101,8 +105,16 @@ class Peer:
         return (self.family,)
 
     @property
+    def local_as(self) -> int:
+        """The ASN this session presents: in the OPEN and in the AS_PATH it sends."""
+        return self.local_asn or self.my_asn
+
+    @property
     def is_ibgp(self) -> bool:
-        return self.peer_asn == self.my_asn
+        # FRR sorts a session by the ASN it presents: a local-as equal to the peer's remote-as
+        # makes it iBGP (FRR's bgp_local_as topotest); ExaBGP compares its local-as the same way.
+        # peer_asn None (dynamicASN: external) is eBGP.
+        return self.peer_asn == self.local_as
 
     @property
     def effective_hold_time(self) -> int:

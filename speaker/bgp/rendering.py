@@ -6,6 +6,9 @@ holds one `process` (the API bridge) and one `neighbor`. Mapping from BGPPeer fi
 - peerAddress -> `neighbor <ip>`; peerPort -> `connect <port>` (when not 179);
   sourceAddress -> `local-address` (else `auto`: the kernel picks, as MetalLB's native dialer);
 - myASN/peerASN -> `local-as`/`peer-as` (`auto` when the ASN is learned from the peer);
+  localASN, when set, is the `local-as` instead of myASN: the OPEN carries it and, as under
+  FRR's `local-as N no-prepend replace-as` (MetalLB's rendering), the AS_PATH holds it alone
+  (ExaBGP puts its local-as alone on the path of a route of ours on eBGP);
 - routerID -> `router-id` (else the source address if IPv4, else MetalLB's CRC32-of-node-name
   fallback: ExaBGP insists on a router ID in the file when the local address is `auto`);
 - holdTime -> `hold-time` (90 s when unset, MetalLB's default). ExaBGP has no keepalive setting:
@@ -74,7 +77,7 @@ def config(peer: peers_module.Peer, helper: Sequence[str], node_name: str) -> st
     ]
     lines.append(f"    router-id {peers_module.router_id(peer, node_name)};")
     lines.append(f"    local-address {peer.source_address or 'auto'};")
-    lines.append(f"    local-as {peer.my_asn};")
+    lines.append(f"    local-as {peer.local_as};")
     lines.append(f"    peer-as {'auto' if peer.peer_asn is None else peer.peer_asn};")
     if peer.peer_port != peers_module.DEFAULT_PORT:
         lines.append(f"    connect {peer.peer_port};")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -159,3 +160,141 @@ def test_dual_stack_peer_carries_the_other_family(
             lambda: honoured(lab),
             {f"speaker-{name}": "True" for name in lab.node_names},
         )
+
+
+# --- localASN -------------------------------------------------------------------------------------
+
+TOR_V4 = str(network_lab.TOR_LAN_V4)
+LOCAL_ASN = 65410
+
+
+def as_paths(lab: network_lab.Lab, prefix: str) -> dict[str, str]:
+    """The AS_PATH of every path the ToR's bgpd holds for `prefix`, by the session's peer."""
+    family = "ipv6" if ":" in prefix else "ipv4"
+    shown = lab.vtysh(f"show bgp {family} unicast {prefix} json", check=False).stdout
+    return {
+        str(path.get("peer", {}).get("peerId", "?")): str(path.get("aspath", {}).get("string"))
+        for path in json.loads(shown or "{}").get("paths", [])
+    }
+
+
+def tor_neighbor_state(lab: network_lab.Lab, address: str) -> dict[str, Any]:
+    """The ToR's `show bgp neighbors ADDRESS json` entry; empty when it has no such neighbor."""
+    shown = lab.vtysh(f"show bgp neighbors {address} json", check=False).stdout
+    return dict(json.loads(shown or "{}").get(address, {}))
+
+
+@contextlib.contextmanager
+def tor_neighbor(lab: network_lab.Lab, address: str, remote_as: int) -> Iterator[None]:
+    """A neighbor of the ToR's own for `address`, expecting `remote_as`, removed afterwards
+    (also on failure). The peer group `nodes` takes any AS but the ToR's, so only a neighbor
+    configured for one AS refuses an OPEN carrying another (Bad Peer AS). bgpd refuses to
+    configure an address that has a dynamic session (from the listen range): wait for the one
+    an earlier test left to go first."""
+
+    def gone() -> bool | objects.Missing:
+        state = tor_neighbor_state(lab, address)
+        return not state or objects.Missing(f"the ToR still has {address}: {state.get('bgpState')}")
+
+    objects.wait_until(f"the ToR to hold no session with {address}", gone)
+    router = f"router bgp {network_lab.TOR_ASN}"
+    lab.vtysh(
+        "configure terminal",
+        router,
+        f"neighbor {address} remote-as {remote_as}",
+        f"neighbor {address} timers 1 3",
+        f"neighbor {address} timers connect 1",
+        "address-family ipv4 unicast",
+        f"neighbor {address} activate",
+    )
+    try:
+        yield
+    finally:
+        undone = lab.vtysh("configure terminal", router, f"no neighbor {address}", check=False)
+    assert undone.returncode == 0, f"could not restore the ToR: {undone.stdout}{undone.stderr}"
+
+
+def test_local_asn_is_the_remote_as_the_tor_sees(
+    lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
+) -> None:
+    """localASN: node1's session presents 65410 instead of myASN, as MetalLB's FRR `local-as
+    65410 no-prepend replace-as` does. A ToR neighbor configured for 65410 brings it up and
+    reports 65410 as the remote AS, and the route's AS_PATH is 65410 alone (myASN nowhere).
+    Without localASN the OPEN carries myASN, which that neighbor refuses."""
+    node = str(lab.node_v4(1))
+    pool = "local-asn"
+    peer = {
+        "myASN": MY_ASN,
+        "localASN": LOCAL_ASN,
+        "peerASN": network_lab.TOR_ASN,
+        "peerAddress": TOR_V4,
+        "holdTime": "3s",
+        "nodeSelectors": [{"matchLabels": {"kubernetes.io/hostname": lab.node_names[0]}}],
+    }
+    with (
+        tor_neighbor(lab, node, LOCAL_ASN),
+        configured(
+            lab,
+            objects.metallb(
+                "IPAddressPool",
+                pool,
+                {"addresses": [str(network_lab.BGP_POOL_V4)], "autoAssign": False},
+            ),
+            objects.metallb("BGPPeer", "tor-local-as", peer, version="v1beta2"),
+            objects.metallb("BGPAdvertisement", pool, {"ipAddressPools": [pool]}),
+        ),
+    ):
+        objects.create_service(
+            lab, app_namespace, "local-as", annotations={"metallb.io/address-pool": pool}
+        )
+        objects.set_backends(lab, app_namespace, "local-as", [1])
+        (vip,) = objects.ingress(lab, app_namespace, "local-as", 1)
+        prefix = f"{vip}/32"
+
+        def established() -> dict[str, Any] | objects.Missing:
+            state = tor_neighbor_state(lab, node)
+            return (
+                state
+                if state.get("bgpState") == "Established"
+                else objects.Missing(f"the ToR's neighbor {node}: {state.get('bgpState')}")
+            )
+
+        state = objects.wait_until(f"the ToR's session with {node} established", established)
+        assert (state.get("remoteAs"), state.get("localAs")) == (LOCAL_ASN, network_lab.TOR_ASN)
+        objects.wait_equal(
+            f"{prefix} from node1 with AS_PATH {LOCAL_ASN}",
+            lambda: as_paths(lab, prefix),
+            {node: str(LOCAL_ASN)},
+        )
+        objects.wait_equal(
+            f"{prefix} in the ToR's FIB via node1",
+            functools.partial(witness.fib, lab, prefix),
+            {node},
+        )
+        objects.wait_equal(
+            "every speaker's Honoured condition",
+            lambda: honoured(lab),
+            {f"speaker-{name}": "True" for name in lab.node_names},
+        )
+
+        # Without localASN (kubectl apply drops it) the OPEN carries myASN: refused.
+        objects.apply(
+            lab,
+            objects.metallb(
+                "BGPPeer",
+                "tor-local-as",
+                {k: v for k, v in peer.items() if k != "localASN"},
+                version="v1beta2",
+            ),
+        )
+        objects.wait_until(
+            f"{prefix} to leave the ToR's FIB",
+            lambda: not witness.fib(lab, prefix) or objects.Missing("still routed"),
+        )
+        # ExaBGP retries every few seconds and the ToR connects every second: long enough
+        # for several OPENs, each refused.
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            state = tor_neighbor_state(lab, node)
+            assert state.get("bgpState") != "Established", state
+            time.sleep(0.5)

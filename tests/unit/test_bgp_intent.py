@@ -69,7 +69,7 @@ def test_fields_the_session_is_made_without_are_reported() -> None:
     )
     sessions, found = bgp_intent.sessions(
         config(
-            peer(vrf="red", local_asn=64999, connect_time=5.0, bfd_profile="fast"),
+            peer(vrf="red", connect_time=5.0, bfd_profile="fast"),
             profiles=(profile,),
         ),
         NODE,
@@ -78,7 +78,6 @@ def test_fields_the_session_is_made_without_are_reported() -> None:
     assert len(sessions) == 1, "the session is still made"
     assert fields(found) == {
         ("BGPPeer", "spec.vrf"),
-        ("BGPPeer", "spec.localASN"),
         ("BGPPeer", "spec.connectTime"),
         ("BFDProfile", "spec.echoMode"),
         ("BFDProfile", "spec.minimumTtl"),
@@ -311,3 +310,31 @@ def test_dual_stack_sessions_carry_the_other_family_with_the_nodes_address() -> 
         ("over-v4", "spec.dualStackAddressFamily")
     ]
     assert "no IPv6 next hop" in left.problems[0].message
+
+
+@pytest.mark.parametrize(
+    ("spec", "local_as", "ibgp", "ttl"),
+    [
+        pytest.param({}, 64512, False, 1, id="unset-presents-my-asn"),
+        pytest.param({"localASN": 65410}, 65410, False, 1, id="presents-local-asn"),
+        pytest.param({"localASN": 64512}, 64512, False, 1, id="equal-to-my-asn-changes-nothing"),
+        pytest.param(
+            {"localASN": 65410, "peerASN": 65410}, 65410, True, 255, id="ibgp-by-local-asn"
+        ),
+        pytest.param({"localASN": 4200000001}, 4200000001, False, 1, id="four-byte-local-asn"),
+    ],
+)
+def test_local_asn_is_the_asn_the_session_presents(
+    spec: dict[str, object], local_as: int, ibgp: bool, ttl: int
+) -> None:
+    """localASN, as MetalLB renders it for FRR (`local-as N no-prepend replace-as`): the OPEN
+    carries it instead of myASN (ExaBGP's `local-as`), and with it the session is iBGP exactly
+    when the peer is in that AS. No finding: it is honoured."""
+    config = parsed(api(model.BGP_PEER, "tor", **{**BASE, **spec}))
+    assert honouring.not_honoured(config) == []
+    (session,), found = bgp_intent.sessions(config, NODE, {})
+    assert found == [] and session.my_asn == 64512
+    assert (session.local_as, session.is_ibgp) == (local_as, ibgp)
+    text = rendering.config(session, ("/usr/bin/python3",), "node1")
+    assert f"local-as {local_as};" in text and f"outgoing-ttl {ttl};" in text
+    assert ("64512" in text) == (local_as == 64512), "myASN nowhere when localASN replaces it"

@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -72,6 +73,23 @@ PEERS: dict[str, peers.Peer] = {
         dual_stack=True,
         ipv4_next_hop=ipaddress.IPv4Address("10.250.0.11"),
     ),
+    # localASN: the OPEN carries 65410, myASN appears nowhere in the file.
+    "ebgp-local-asn": peers.Peer(
+        name="tor-local-as",
+        my_asn=64512,
+        peer_asn=64500,
+        peer_address=ip("10.250.0.1"),
+        source_address=ip("10.250.0.11"),
+        local_asn=65410,
+    ),
+    # A localASN equal to the peer's ASN makes the session iBGP, as in FRR: TTL 255.
+    "ibgp-by-local-asn": peers.Peer(
+        name="rr-local-as",
+        my_asn=64512,
+        peer_asn=65410,
+        peer_address=ip("10.250.0.1"),
+        local_asn=65410,
+    ),
 }
 
 
@@ -112,7 +130,7 @@ def test_exabgp_accepts_and_reads_back(exabgp_parser: Any, tmp_path: Path, name:
     peer = PEERS[name]
     n = _parse(exabgp_parser, tmp_path, peer)
     assert str(n["peer-address"]) == str(peer.peer_address)
-    assert n["local-as"] == peer.my_asn
+    assert n["local-as"] == peer.local_as
     assert n["peer-as"] == peer.peer_asn
     assert n["hold-time"] == peer.effective_hold_time
     assert n["connect"] == (0 if peer.peer_port == 179 else peer.peer_port)
@@ -188,6 +206,62 @@ def test_single_route_commands() -> None:
         "announce route 10.252.0.1/32 next-hop self origin igp local-preference 120 "
         "community [ 1111:2222 65535:65282 ] large-community [ 123:9999:123 ]",
     ]
+
+
+@pytest.fixture(scope="module")
+def exabgp_api(exabgp_parser: Any) -> Any:
+    """ExaBGP's API command parser, in-process (logging set up by `exabgp_parser`)."""
+    from exabgp.reactor.api import API
+
+    return API(None)
+
+
+def _sent_as_path(exabgp_api: Any, line: str, local_as: int, peer_as: int) -> list[int]:
+    """The AS_PATH ExaBGP encodes for the route of an API `line` on a session local_as ->
+    peer_as, read back from the attribute bytes it would put in the UPDATE."""
+    from exabgp.bgp.message.open.asn import ASN
+
+    (change,) = exabgp_api.api_route(line)
+    negotiated = SimpleNamespace(local_as=ASN(local_as), peer_as=ASN(peer_as), asn4=True)
+    data = change.attributes.pack(negotiated)
+    while data:
+        flags, code = data[0], data[1]
+        size, start = (int.from_bytes(data[2:4]), 4) if flags & 0x10 else (data[2], 3)
+        value, data = data[start : start + size], data[start + size :]
+        if code == 2:  # AS_PATH: segments of (type, count, 4-byte ASNs)
+            asns: list[int] = []
+            while value:
+                count = value[1]
+                asns += [int.from_bytes(value[2 + 4 * i : 6 + 4 * i]) for i in range(count)]
+                value = value[2 + 4 * count :]
+            return asns
+    raise AssertionError("no AS_PATH")
+
+
+@pytest.mark.parametrize(
+    ("name", "seen"),
+    [
+        pytest.param("ebgp-basic", [64512], id="ebgp-my-asn"),
+        pytest.param("ebgp-local-asn", [65410], id="ebgp-local-asn-not-my-asn"),
+        pytest.param("ibgp-password-port-gr", [], id="ibgp-empty"),
+        pytest.param("ibgp-by-local-asn", [], id="ibgp-by-local-asn-empty"),
+        pytest.param("ebgp-multihop-dynamic-asn", [4200000001], id="four-byte-asn"),
+    ],
+)
+def test_the_as_path_sent_is_the_sessions_asn_alone(
+    exabgp_api: Any, name: str, seen: list[int]
+) -> None:
+    """The router sees the AS_PATH FRR sends for a route MetalLB originates: on eBGP the
+    session's ASN alone, which with localASN is localASN and never myASN (FRR's `local-as N
+    no-prepend replace-as`); on iBGP an empty path. Asked of the installed ExaBGP: the bytes of
+    the UPDATE it would send for our command line, on the session `config` renders."""
+    peer = PEERS[name]
+    (command,) = rendering.commands(peer, routes.Change(announce={net("10.252.0.1/32"): A()}))
+    # An address for `self`, which only a running session can resolve; a dynamic peer ASN is
+    # any other than ours.
+    line = command.text.replace("next-hop self", "next-hop 10.250.0.11")
+    peer_as = peer.peer_asn or 64999
+    assert _sent_as_path(exabgp_api, line, peer.local_as, peer_as) == seen
 
 
 def test_batched_commands_group_by_attributes() -> None:

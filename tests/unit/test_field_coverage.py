@@ -178,7 +178,12 @@ FIELDS: dict[str, dict[str, Field]] = {
         "spec.myASN": honoured(PEER_FIELDS),
         "spec.peerASN": honoured(PEER_FIELDS),
         "spec.dynamicASN": honoured(PEER_DYNAMIC),
-        "spec.localASN": reported({"localASN": 65001}),
+        "spec.localASN": honoured(
+            f"{UNIT}/test_bgp_intent.py::test_local_asn_is_the_asn_the_session_presents",
+            f"{UNIT}/test_bgp_rendering.py::test_golden[ebgp-local-asn]",
+            f"{UNIT}/test_bgp_rendering.py::test_the_as_path_sent_is_the_sessions_asn_alone",
+            "tests/e2e/test_bgp_fields.py::test_local_asn_is_the_remote_as_the_tor_sees",
+        ),
         "spec.peerAddress": honoured(PEER_FIELDS),
         "spec.interface": reported(
             {"peerAddress": None, "peerASN": None, "dynamicASN": "internal", "interface": "eth1"}

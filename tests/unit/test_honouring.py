@@ -66,7 +66,7 @@ ALIASES = api(
 CASES = [
     # (id, objects, findings)
     ("plain peer", [peer()], set()),
-    ("localASN", [peer(localASN=65001)], {("BGPPeer", "tor", "spec.localASN")}),
+    ("localASN is honoured", [peer(localASN=65001)], set()),
     ("localASN equal to myASN changes nothing", [peer(localASN=64512)], set()),
     (
         "unnumbered",
@@ -174,7 +174,7 @@ def test_every_finding_says_not_honoured_and_fits_an_admission_warning() -> None
         ad(communities=[*COMMUNITIES_63, "65000:99"]),
     ]
     findings = honouring.not_honoured(config_of(*everything))
-    assert len(findings) == 13  # dualStackAddressFamily among them is honoured
+    assert len(findings) == 12  # dualStackAddressFamily and localASN among them are honoured
     for p in findings:
         assert p.message.startswith(honouring.PREFIX) and not p.transient
         # The apiserver may cut an admission warning beyond 256 characters.
@@ -335,11 +335,7 @@ def test_webhook_allows_and_warns_with_the_same_list() -> None:
     assert verdict.allowed
     want = [str(p) for p in honouring.not_honoured(config_of(incoming, profile(echoMode=True)))]
     assert list(verdict.warnings) == [w for w in want if w.startswith("BGPPeer/tor:")]
-    assert [w.split(": ")[1] for w in verdict.warnings] == [
-        "spec.localASN",
-        "spec.bfdProfile",
-        "spec.vrf",
-    ]
+    assert [w.split(": ")[1] for w in verdict.warnings] == ["spec.bfdProfile", "spec.vrf"]
     # The profile's own findings are warned about when the profile is applied.
     on_profile = review(profile(echoMode=True, minimumTtl=10), incoming)
     assert on_profile.allowed
