@@ -72,6 +72,8 @@ EVENT_HOLD_S = 30.0  # the longest an Event waits for the status writer to be do
 EVENT_CONCURRENCY = 4
 TICK_S = 10.0
 CONFLICT_POLL_S = 0.2  # a rogue answer for an owned address is reported within a second
+# How often the layer 2 plane's interfaces are looked at (it scans them every 10 s itself).
+INTERFACES_POLL_S = 1.0
 SECRETS_EVERY_S = 30.0
 # Every watched input reaches a pass through its watch (or a relist): this pass is only a
 # safety net, and at 10,000 Services it costs ~0.4 s, which every minute would be most of an
@@ -142,6 +144,10 @@ class Layer2(Protocol):
     """What the agent needs from the ARP/NDP data plane."""
 
     def set_owned(self, owned: Mapping[addresses.IPAddress, tuple[str, ...]]) -> None: ...
+
+    def interfaces(self) -> frozenset[str] | None:
+        """The interfaces answering ARP/NDP now (None before the first scan)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -242,6 +248,10 @@ class Agent:
     # What /explain answers from (read by the HTTP thread: replaced whole after each pass).
     _explained: explaining.Seen | None = None
     _not_announced_labels: set[tuple[str, str]] = field(default_factory=set)
+    # (Service, address) elected here but with none of its advertisements' interfaces, as
+    # reported so far (an announceFailed Event when a pair appears), and the interfaces then.
+    _unannounceable: frozenset[tuple[str, str]] = frozenset()
+    _interfaces_seen: frozenset[str] | None = None
     # Split brain: (address, foreign MAC) pairs reported, and our condition about them.
     _conflicts_seen: frozenset[tuple[str, str]] = frozenset()
     _conflict_condition: configuration_state.Verdict = field(
@@ -403,9 +413,13 @@ class Agent:
         if problems != self._state_problems:
             self._state_problems = problems
             self._state_dirty.set()
-        l2 = desired.l2_plan(snap, model.NodeName(me))
+        answering = self._interfaces_seen = (
+            self.layer2.interfaces() if self.layer2 is not None else None
+        )
+        l2 = desired.l2_plan(snap, model.NodeName(me), answering)
         if self.layer2 is not None:
             self.layer2.set_owned({e.address: e.interfaces for e in l2.mine})
+            self._report_unannounceable(l2)
         reached: Mapping[str, tuple[model.PeerName, ...]] = {}
         # BGP is this node's decision alone: our own verdict always counts.
         bgp_plan = desired.bgp_plan(own, model.NodeName(me))
@@ -557,6 +571,39 @@ class Agent:
             }
             for c in self._current_conflicts().values()
         ]
+
+    def _report_unannounceable(self, l2: desired.L2Plan) -> None:
+        """MetalLB's announceFailed Warning on a Service when this node is elected for one of
+        its addresses but none of the interfaces its L2Advertisements name is here: once when
+        that starts (MetalLB posts one on every reconcile of the Service)."""
+        now = frozenset(
+            (key, str(entry.address)) for entry in l2.unannounceable for key in entry.services
+        )
+        for key, address in sorted(now - self._unannounceable):
+            log.warning(
+                "the interfaces to announce an address on are not on this node",
+                extra={"event": "announceFailed", "service": key, "ip": address},
+            )
+            svc = self.store.services.get(key)
+            if svc is None:
+                continue
+            message = (
+                f'the interfaces specified by LB IP "{address}" doesn\'t exist in assigned node '
+                f'"{self.options.node_name}" with protocol "layer2"'
+            )
+            self._post_soon(
+                _event_body(svc, "announceFailed", message, self.options.node_name, warning=True)
+            )
+        self._unannounceable = now
+
+    async def watch_interfaces(self) -> None:
+        """A pass when the interfaces answering ARP/NDP change: an address elected here that
+        waits for its interface is answered once the interface is up, and the reverse."""
+        assert self.layer2 is not None
+        while True:
+            await asyncio.sleep(INTERFACES_POLL_S)
+            if self.layer2.interfaces() != self._interfaces_seen:
+                self.dirty.set()
 
     def _current_conflicts(self) -> Mapping[addresses.IPAddress, Any]:
         read = getattr(self.layer2, "conflicts", None)
@@ -1082,6 +1129,7 @@ async def run(
             tasks.append(asyncio.ensure_future(agent.watch_membership()))
         if layer2 is not None:
             tasks.append(asyncio.ensure_future(agent.watch_conflicts()))
+            tasks.append(asyncio.ensure_future(agent.watch_interfaces()))
         if prober is not None:
             tasks.append(asyncio.ensure_future(prober.run()))
             tasks.append(asyncio.ensure_future(agent.watch_datapath()))

@@ -43,6 +43,9 @@ class Reason(enum.StrEnum):
     NODE_EXCLUDED = "nodeLabeledExcludeBalancers"
     NO_LOCAL_ENDPOINTS = "noLocalEndpoints"
     NO_ENDPOINTS = "noEndpoints"
+    # Elected, but none of the interfaces the L2Advertisements name answers here: MetalLB's
+    # layer2 SetBalancer posts announceFailed and announces nothing (no ServiceL2Status).
+    INTERFACE_MISSING = "interfaceMissing"
 
 
 # A node's verdict on a Service: MetalLB's reasons, or the data path's (ironlb.datapath).
@@ -129,6 +132,9 @@ class L2Plan:
     # and in words (who is elected, which check failed).
     reasons: Mapping[str, Why] = field(default_factory=dict)
     messages: Mapping[str, str] = field(default_factory=dict)
+    # Addresses this node is elected for but cannot announce: none of the interfaces their
+    # advertisements name answers here (MetalLB's announceFailed).
+    unannounceable: tuple[L2Address, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,7 +360,12 @@ def _owner(
     return election.owner(address, candidates, dict(scores))
 
 
-def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
+def l2_plan(
+    snapshot: Snapshot, me: model.NodeName, interfaces: frozenset[str] | None = None
+) -> L2Plan:
+    """Which addresses this node answers for, and why not for the others. `interfaces` are
+    this node's interfaces that answer ARP/NDP (None: not known, every advertisement's
+    interface list is taken as met)."""
     reasons: dict[str, Why] = {}
     messages: dict[str, str] = {}
     not_ready = snapshot.not_ready()
@@ -386,6 +397,7 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
             keys.add(service.ips[0])
     owners: dict[addresses.IPAddress, str | None] = {}
     mine: list[L2Address] = []
+    unannounceable: list[L2Address] = []
     for ip in sorted(per_address, key=_address_order):
         holders, keys = per_address[ip]
         cands, scores = _merged(candidacy for _, candidacy in holders)
@@ -413,19 +425,40 @@ def l2_plan(snapshot: Snapshot, me: model.NodeName) -> L2Plan:
             for ad in candidacy.ads
             if _selects_node(ad.node_selectors, node)
         ]
-        mine.append(
-            L2Address(
-                address=ip,
-                interfaces=_interfaces(my_ads),
-                services=tuple(sorted({service.key for service, _ in holders})),
-            )
+        entry = L2Address(
+            address=ip,
+            interfaces=_interfaces(my_ads),
+            services=tuple(sorted({service.key for service, _ in holders})),
         )
+        if _answers(entry.interfaces, interfaces):
+            mine.append(entry)
+            continue
+        # MetalLB elects without looking at interfaces, so the address stays here, unanswered,
+        # as it does there; every node computes the same owner from the same inputs.
+        unannounceable.append(entry)
+        for key in entry.services:
+            reasons.setdefault(key, Reason.INTERFACE_MISSING)
+            messages.setdefault(key, _missing_message(entry.interfaces, interfaces or frozenset()))
     # A Service announced for at least one of its addresses has no reason to report.
     for entry in mine:
         for key in entry.services:
             reasons.pop(key, None)
             messages.pop(key, None)
-    return L2Plan(tuple(mine), owners, reasons, messages)
+    return L2Plan(tuple(mine), owners, reasons, messages, tuple(unannounceable))
+
+
+def _answers(wanted: tuple[str, ...], present: frozenset[str] | None) -> bool:
+    """Whether one of the interfaces an address may be answered on is here (MetalLB's
+    IPAdvertisement.MatchInterfaces against the announcer's interfaces)."""
+    return wanted == ALL_INTERFACES or present is None or not present.isdisjoint(wanted)
+
+
+def _missing_message(wanted: tuple[str, ...], present: frozenset[str]) -> str:
+    here = ", ".join(sorted(present)) or "none"
+    return (
+        f"elected, but none of the interfaces the L2Advertisements name ({', '.join(wanted)}) "
+        f"answers ARP/NDP on this node (it answers on: {here})"
+    )
 
 
 def _address_order(address: addresses.IPAddress) -> tuple[int, int]:

@@ -293,6 +293,8 @@ class Layer2Announcer:
         self._scan = scan
         self._open_port = open_port
         self._ports: dict[str, sockets.RawPort] = {}
+        # The names of `_ports`, replaced whole after each scan: readable from any thread.
+        self._answering: frozenset[str] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gratuitous_timer: asyncio.TimerHandle | None = None
         self._scan_timer: asyncio.TimerHandle | None = None
@@ -305,6 +307,12 @@ class Layer2Announcer:
     @property
     def ports(self) -> Mapping[str, sockets.RawPort]:
         return self._ports
+
+    @property
+    def answering(self) -> frozenset[str] | None:
+        """The interfaces answering ARP/NDP after the latest scan (None before the first):
+        MetalLB's announcer.GetInterfaces. A snapshot, safe from any thread."""
+        return self._answering
 
     def conflicts(self) -> Mapping[packets.IPAddress, conflicts.Conflict]:
         """Owned addresses another machine claimed within the last `conflicts.EXPIRY_S`
@@ -387,6 +395,7 @@ class Layer2Announcer:
                 "+".join(p for p, on in (("arp", port.arp), ("ndp", port.ndp)) if on),
             )
         self.core.set_ports(self._ports, macs)
+        self._answering = frozenset(self._ports)
 
     def _close_port(self, name: str) -> None:
         port = self._ports.pop(name)

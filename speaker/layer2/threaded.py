@@ -32,6 +32,9 @@ class ThreadedLayer2:
         self._thread = loop_thread.LoopThread("layer2")
         await self._thread.call(self.announcer.start())
 
+    def interfaces(self) -> frozenset[str] | None:
+        return self.announcer.answering
+
     def set_owned(self, owned: Mapping[packets.IPAddress, Collection[str]]) -> None:
         if self._thread is None:
             raise RuntimeError("ThreadedLayer2.start() must be awaited first")

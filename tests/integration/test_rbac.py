@@ -451,6 +451,8 @@ class Layer2:
     '''Records what this node would answer ARP/NDP for; opens no socket.'''
     def set_owned(self, owned):
         print(json.dumps({"owned": sorted(str(a) for a in owned)}), flush=True)
+    def interfaces(self):
+        return None
     async def close(self):
         pass
 

@@ -299,6 +299,60 @@ def test_interfaces_union_and_all() -> None:
     assert entry.interfaces == desired.ALL_INTERFACES
 
 
+IRIS2 = model.NodeName("iris2")  # the owner of svc() on two nodes (the hash winner)
+
+
+def test_an_owner_without_any_named_interface_announces_nothing_and_says_why() -> None:
+    """MetalLB's layer2 SetBalancer: the elected node answers only if one of the interfaces
+    its advertisements name is among its announcer's; else announceFailed, no status. The
+    election itself does not look at interfaces, so the address stays with that node."""
+    ads = [l2ad("a", interfaces=("eth9",)), l2ad("b", interfaces=("eth8",))]
+    snap = snapshot([svc(endpoints=[ep("iris1")])], l2=ads)
+    plan = desired.l2_plan(snap, IRIS2, frozenset({"eth0", "eth1"}))
+    assert plan.mine == ()
+    (entry,) = plan.unannounceable
+    assert (entry.address, entry.interfaces, entry.services) == (
+        ip("10.20.30.1"),
+        ("eth8", "eth9"),
+        ("ns/svc",),
+    )
+    assert plan.owners[ip("10.20.30.1")] == "iris2"
+    assert plan.reasons == {"ns/svc": desired.Reason.INTERFACE_MISSING}
+    assert "eth8, eth9" in plan.messages["ns/svc"] and "eth0, eth1" in plan.messages["ns/svc"]
+    # Nobody else announces it either: the other node is not elected.
+    other = desired.l2_plan(snap, model.NodeName("iris1"), frozenset({"eth8"}))
+    assert (other.mine, other.unannounceable) == ((), ())
+    assert other.reasons["ns/svc"] == desired.Reason.NOT_OWNER
+
+
+@given(
+    named=st.sets(st.sampled_from(["eth0", "eth1", "eth9"]), max_size=3),
+    present=st.none() | st.frozensets(st.sampled_from(["eth0", "eth1", "eth9"])),
+)
+def test_an_owner_announces_exactly_when_a_named_interface_answers(
+    named: set[str], present: frozenset[str] | None
+) -> None:
+    """No list (every interface) or unknown interfaces (None) always announce; a list does
+    when it meets the interfaces present. An address is either announced or unannounceable."""
+    ad = l2ad("a", interfaces=tuple(sorted(named))) if named else l2ad("a")
+    plan = desired.l2_plan(snapshot([svc(endpoints=[ep("iris1")])], l2=[ad]), IRIS2, present)
+    answers = not named or present is None or bool(named & present)
+    assert len(plan.mine) == int(answers) and len(plan.unannounceable) == int(not answers)
+    assert ("ns/svc" in plan.reasons) == (not answers)
+
+
+def test_both_addresses_of_a_dual_stack_service_share_the_interface_verdict() -> None:
+    """Both families are elected together (MetalLB hashes the first address) and come from
+    one pool's advertisements: announced together, or reported together."""
+    v4 = l2ad("v4", ip_address_pools=(model.PoolName("pool"),), interfaces=("eth0",))
+    snap = snapshot([svc(extra=["fc00::1"], endpoints=[ep("iris1")])], l2=[v4])
+    plan = desired.l2_plan(snap, IRIS2, frozenset({"eth0"}))
+    assert [e.address for e in plan.mine] == [ip("10.20.30.1"), ip("fc00::1")]
+    assert plan.reasons == {}
+    plan = desired.l2_plan(snap, IRIS2, frozenset({"eth1"}))
+    assert [e.address for e in plan.unannounceable] == [ip("10.20.30.1"), ip("fc00::1")]
+
+
 def test_address_outside_every_pool_is_not_announced() -> None:
     snap = snapshot([svc("192.0.2.1", endpoints=[ep("iris1")])])
     assert announcers(snap) == set()

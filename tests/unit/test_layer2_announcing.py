@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from speaker.layer2 import announcing, gratuitous, metrics, packets, responding
+from speaker.layer2 import announcing, gratuitous, interfaces, metrics, packets, responding
 
 MAC0 = packets.mac_bytes("02:00:0a:fa:00:0b")
 MAC1 = packets.mac_bytes("02:00:0a:fa:01:0b")
@@ -357,3 +357,51 @@ async def test_the_layer2_announcer_arms_its_timer_for_the_periodic_rounds() -> 
         assert timer.when() == pytest.approx(loop.time() + 30.0, abs=1.0)
         l2.set_owned({})
         assert l2._gratuitous_timer is None
+
+
+@dataclass
+class OpenedPort(FakePort):
+    """A port as `Layer2Announcer` opens one: with the interface's index and no sockets."""
+
+    index: int = 0
+    sockets: tuple[object, ...] = ()
+
+    def close(self) -> None:
+        pass
+
+
+def facts(name: str, index: int, *, up: bool = True) -> interfaces.InterfaceFacts:
+    return interfaces.InterfaceFacts(
+        name=name,
+        index=index,
+        mac=MAC0 if index == 2 else MAC1,
+        up=up,
+        broadcast=True,
+        noarp=False,
+        enslaved=False,
+        ethernet=True,
+        has_ipv4=True,
+        has_link_local=True,
+    )
+
+
+async def test_the_interfaces_answering_follow_each_scan() -> None:
+    """What the agent compares an L2Advertisement's interfaces with (MetalLB's
+    announcer.GetInterfaces): unknown before the first scan, then the eligible interfaces
+    with a port open, replaced whole by each scan."""
+    scanned = [facts("eth0", 2), facts("eth1", 3)]
+
+    def open_port(f: interfaces.InterfaceFacts, e: interfaces.Eligibility) -> OpenedPort:
+        return OpenedPort(f.name, f.mac, e.arp, e.ndp, index=f.index)
+
+    l2 = announcing.Layer2Announcer(
+        scan=lambda: list(scanned),
+        open_port=open_port,  # type: ignore[arg-type]
+        scan_interval=3600.0,
+    )
+    assert l2.answering is None
+    async with l2:
+        assert l2.answering == frozenset({"eth0", "eth1"})
+        scanned[1] = facts("eth1", 3, up=False)
+        l2.rescan()
+        assert l2.answering == frozenset({"eth0"})
