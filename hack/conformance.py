@@ -599,17 +599,26 @@ DELIBERATE: dict[str, Deliberate] = {
         ),
     ),
     "empty-namespace-selection": Deliberate(
-        cases=("namespace-selector-matches-nothing",),
+        cases=("namespace-selector-matches-nothing", "namespace-selector-priority"),
         paths=(
             "service/*/requested/ingress",
             "service/*/requested/annotation/metallb.io/ip-allocated-from-pool",
             "service/*/requested/event/*",
             "IPAddressPool/nobody/status/*",
+            # The gold namespace loses its label: no namespace is gold any more.
+            "service/*-gold/web/ingress",
+            "service/*-gold/web/annotation/metallb.io/ip-allocated-from-pool",
+            "service/*-gold/web/event/ClearAssignment",
+            "IPAddressPool/high/status/*",
+            "IPAddressPool/general/status/*",
         ),
         reason=(
-            "A pool whose namespaceSelectors match no namespace admits no Service in ironlb, "
-            "also to an explicit request; MetalLB's `isPoolCompatibleWithService` skips an "
-            "empty namespace set and so admits every namespace to explicit requests."
+            "A pool whose namespaceSelectors match no namespace admits no Service in ironlb. "
+            "MetalLB's `isPoolCompatibleWithService` skips an empty namespace set and so admits "
+            "every namespace: to an explicit request for one of its addresses, and to the "
+            "address a Service holds when its namespace loses the label the pool selected it "
+            "by (the last such namespace: MetalLB keeps the Service in that pool; ironlb moves "
+            "it to a pool that admits it, with MetalLB's `ClearAssignment` Event)."
         ),
     ),
     "native-bgp-limits": Deliberate(
