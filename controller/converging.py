@@ -187,6 +187,22 @@ class _Converging:
                 self.clear()
                 current = []
 
+        if not current:
+            result = self.allocate()
+            if isinstance(result, allocator.AllocError):
+                self.event(
+                    "Warning",
+                    "AllocationFailed",
+                    f'Failed to allocate IP for "{svc.key}": {result.message}',
+                )
+                return self.fail(result)
+            current = list(result.ips)
+            self.event("Normal", "IPAllocated", f"Assigned IP {requests.go_quoted(current)}")
+
+        # After the allocation: a Service that already held one address skips it and is topped
+        # up here, as MetalLB does before it; a new one that got one family is topped up at once,
+        # where MetalLB does it on the next pass (its own status write brings the Service
+        # back), so it sees AdditionalAssignFailed (or its second address) either way.
         if (
             len(current) == 1
             and policy is requests.FamilyPolicy.PREFER_DUAL_STACK
@@ -203,18 +219,6 @@ class _Converging:
             else:
                 current = list(result.ips)
                 self.event("Normal", "IPAllocated", f'Assigned additional IP "{current[-1]}"')
-
-        if not current:
-            result = self.allocate()
-            if isinstance(result, allocator.AllocError):
-                self.event(
-                    "Warning",
-                    "AllocationFailed",
-                    f'Failed to allocate IP for "{svc.key}": {result.message}',
-                )
-                return self.fail(result)
-            current = list(result.ips)
-            self.event("Normal", "IPAllocated", f"Assigned IP {requests.go_quoted(current)}")
 
         held = state.allocation(svc.key)
         assert held is not None, "converged without an allocation"
