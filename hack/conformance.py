@@ -584,6 +584,26 @@ DELIBERATE: dict[str, Deliberate] = {
             "good configuration without a word on the object."
         ),
     ),
+    "malformed-without-metallb-webhook": Deliberate(
+        cases=("malformed-objects",),
+        paths=(
+            "refused/*",
+            "IPAddressPool/good/status/*",
+            "service/*/web/ingress",
+            "service/*/web/annotation/*",
+            "service/*/web/event/*",
+        ),
+        metallb=(None, ()),
+        reason=(
+            "Objects wrong on their own (a CIDR that is no address, a reversed range, a "
+            "community over 65535) are refused by ironlb's CRD schema, so the valid pool beside "
+            "them serves. MetalLB's CRD schema lets them in and its webhook refuses them; the "
+            "lab runs MetalLB with its webhook off (the lab's apiserver reaches no Service), so "
+            "there they exist, and MetalLB's controller takes the whole configuration as "
+            "invalid and allocates nothing. With MetalLB's webhook on, both refuse the three "
+            "and serve from the good pool."
+        ),
+    ),
     "buggy-single-address-count": Deliberate(
         cases=("avoid-buggy-single-address",),
         paths=("IPAddressPool/edge/status/*",),
