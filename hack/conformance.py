@@ -652,6 +652,18 @@ DELIBERATE: dict[str, Deliberate] = {
             "it to a pool that admits it, with MetalLB's `ClearAssignment` Event)."
         ),
     ),
+    "no-node-assigned-when-announce-failed": Deliberate(
+        cases=("l2-missing-interface",),
+        paths=("service/*/event/nodeAssigned",),
+        ironlb=(None,),
+        metallb=(True,),
+        reason=(
+            "When the elected node has none of the interfaces an L2Advertisement names, MetalLB "
+            "posts announceFailed and then nodeAssigned ('announcing from node ...'), since its "
+            "layer2 SetBalancer returns no error; it answers nothing. ironlb posts the same "
+            "announceFailed and no nodeAssigned: it says announcing only when it answers."
+        ),
+    ),
     "native-bgp-limits": Deliberate(
         cases=("bgp-beyond-native",),
         paths=(

@@ -900,6 +900,7 @@ def l2_missing_interface() -> conformance.Case:
                 (service(ns, "web", annotations={IPS: l2v4(2)}), *backends(ns, "web", 1)),
             ),
         ),
+        quick=True,
     )
 
 

@@ -173,3 +173,54 @@ def test_client_reaches_the_vip_with_its_source_address_kept(
     pod, node, source = answer.split()
     assert (pod, node) == (objects.pod_name("echo", 1), lab.node_names[0])
     assert ipaddress.ip_address(source) == network_lab.CLIENT_V4
+
+
+def test_an_interface_the_owner_lacks_is_answered_nowhere_and_said(
+    lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
+) -> None:
+    """An L2Advertisement naming only an interface no node has (MetalLB's layer2 SetBalancer):
+    the elected node answers no ARP, writes no ServiceL2Status and posts announceFailed; named
+    alongside eth0, the address is answered again from the same node."""
+    objects.create_service(lab, app_namespace, "iface", dual=False)
+    objects.set_backends(lab, app_namespace, "iface", [1, 2, 3])
+    (vip,) = objects.ingress(lab, app_namespace, "iface", 1)
+    owner = expected_owner(lab, vip)
+    owner_mac = lab.node_mac(owner)
+    objects.wait_equal(
+        "the owner to answer",
+        lambda: witness.arp_macs(lab, vip),
+        {owner_mac},
+    )
+
+    def advertise(spec: dict[str, object]) -> None:
+        objects.apply(lab, objects.metallb("L2Advertisement", "lab-l2", spec))
+
+    try:
+        advertise({"ipAddressPools": [POOL], "interfaces": ["eth9"]})
+        objects.wait_equal("nobody to answer", lambda: witness.arp_macs(lab, vip), set())
+        objects.wait_equal(
+            "no ServiceL2Status",
+            lambda: objects.status_nodes(lab, "servicel2statuses", app_namespace),
+            set(),
+        )
+
+        def announce_failed() -> list[str] | objects.Missing:
+            events = objects.get(lab, "events", "-n", app_namespace)["items"]
+            found = [
+                e["message"]
+                for e in events
+                if e.get("reason") == "announceFailed"
+                and e.get("involvedObject", {}).get("name") == "iface"
+            ]
+            return found or objects.Missing(f"reasons: {sorted({e.get('reason') for e in events})}")
+
+        (message, *_) = objects.wait_until("an announceFailed Event", announce_failed)
+        assert vip in message and lab.node_names[owner - 1] in message, message
+
+        advertise({"ipAddressPools": [POOL], "interfaces": ["eth9", "eth0"]})
+        objects.wait_equal(
+            "the owner to answer again", lambda: witness.arp_macs(lab, vip), {owner_mac}
+        )
+        wait_for_l2_status_of(lab, app_namespace, owner, "the owner")
+    finally:
+        advertise({"ipAddressPools": [POOL]})
