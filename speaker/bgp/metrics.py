@@ -48,6 +48,11 @@ class Collector(prom_registry.Collector):
             "Number of prefixes currently being advertised on the BGP session",
             labels=["peer"],
         )
+        pending = GaugeMetricFamily(
+            "metallb_bgp_pending_prefixes_total",
+            "Number of prefixes that should be advertised on the BGP session",
+            labels=["peer"],
+        )
         updates = CounterMetricFamily(
             "metallb_bgp_updates_total",
             "Number of BGP UPDATE messages sent",
@@ -57,9 +62,11 @@ class Collector(prom_registry.Collector):
             label = [peer_label(configured[name])]
             up.add_metric(label, 1 if status.up else 0)
             announced.add_metric(label, status.announced)
+            pending.add_metric(label, status.wanted)
             updates.add_metric(label, status.updates)
         yield up
         yield announced
+        yield pending
         yield updates
 
         sessions = self._speaker.bfd_sessions()

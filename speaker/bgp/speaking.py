@@ -87,6 +87,9 @@ class Status:
     updates: int
     restarts: int
     reason: str
+    # The prefixes this node wants on the session (MetalLB's pending_prefixes_total): equal to
+    # `announced` once ExaBGP took them all.
+    wanted: int = 0
 
     @property
     def up(self) -> bool:
@@ -393,6 +396,7 @@ class _Runner:
             updates=self.updates,
             restarts=self.restarts,
             reason=self.reason,
+            wanted=len(self.desired),
         )
 
 

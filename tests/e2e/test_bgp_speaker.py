@@ -341,6 +341,7 @@ def test_ecmp_v4_and_v6_and_withdraw(
     text = nodes[1].metrics()
     assert f'metallb_bgp_session_up{{peer="{TOR_V4}:179"}} 1.0' in text
     assert f'metallb_bgp_announced_prefixes_total{{peer="[{TOR_V6}]:179"}} 1.0' in text
+    assert f'metallb_bgp_pending_prefixes_total{{peer="[{TOR_V6}]:179"}} 1.0' in text
     assert 'metallb_bgp_updates_total{peer="10.250.0.1:179"}' in text
 
 
