@@ -400,14 +400,11 @@ def _match(
         if said and node and said != node:
             problems.append(f"{probe.url}: given as node {node}, the speaker says it is {said}")
         node = said or node or status_view.node_of_url(probe.url, by_address)
-        if not node:
-            problems.append(
-                f"{probe.url}: cannot tell which node this speaker runs on; give it as NODE=URL"
-            )
-        elif node in matched:
-            problems.append(f"{probe.url}: node {node} was already asked; ignored")
-        else:
-            matched[node] = (probe, answer, error)
+        problem = status_view.file_under_node(
+            matched, node, probe.url, (probe, answer, error), "asked"
+        )
+        if problem:
+            problems.append(problem)
     return matched, problems
 
 

@@ -23,7 +23,7 @@ import math
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import parser as prom_parser
 
@@ -35,6 +35,8 @@ SCHEMA_VERSION = 1
 UNKNOWN = "unknown"
 MEMBER_STATES = ("alive", "suspect", "dead", "left")
 READY_VALUES = ("True", "False", "Unknown")
+
+_Answer = TypeVar("_Answer")
 
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -315,14 +317,9 @@ def _match_scrapes(
         if not node and metrics is not None and len(metrics.announcing_nodes) == 1:
             (node,) = metrics.announcing_nodes
         rows.append(ScrapeView(scrape.url, node, error))
-        if not node:
-            problems.append(
-                f"{scrape.url}: cannot tell which node this speaker runs on; give it as NODE=URL"
-            )
-        elif node in matched:
-            problems.append(f"{scrape.url}: node {node} was already scraped; ignored")
-        else:
-            matched[node] = Reading(metrics, error)
+        problem = file_under_node(matched, node, scrape.url, Reading(metrics, error), "scraped")
+        if problem:
+            problems.append(problem)
     return matched, tuple(rows), problems
 
 
@@ -342,6 +339,19 @@ def node_of_url(url: str, by_address: Mapping[str, str]) -> str | None:
     """The Node whose address is the URL's host, if any (`nodes_by_address`)."""
     host = url_host(url)
     return by_address.get(_canonical(host)) if host else None
+
+
+def file_under_node(
+    matched: dict[str, _Answer], node: str | None, url: str, answer: _Answer, asked: str
+) -> str | None:
+    """Files the answer of the speaker at `url` under its node, the first answer per node
+    winning; else the problem to report. `asked` is how the speaker was asked ("scraped")."""
+    if not node:
+        return f"{url}: cannot tell which node this speaker runs on; give it as NODE=URL"
+    if node in matched:
+        return f"{url}: node {node} was already {asked}; ignored"
+    matched[node] = answer
+    return None
 
 
 def _canonical(address: str) -> str:

@@ -1,16 +1,15 @@
 """This node's own addresses, read from the kernel: the facts `next_hops.choose` decides on.
 
 All of it follows the network namespace of the process (a speaker runs in its node's):
-IPv6 addresses come from /proc/net/if_inet6, IPv4 ones from the SIOCGIFCONF ioctl, and the
-address the kernel would connect to a peer from is what a UDP socket `connect` (which sends
-nothing) reports as its own name. A few system calls, cheap enough for every pass; a failure
-leaves the fact out, and `next_hops` falls back as its description says.
+IPv6 addresses come from /proc/net/if_inet6 (`speaker.if_inet6`), IPv4 ones from the SIOCGIFCONF
+ioctl, and the address the kernel would connect to a peer from is what a UDP socket `connect`
+(which sends nothing) reports as its own name. A few system calls, cheap enough for every pass;
+a failure leaves the fact out, and `next_hops` falls back as its description says.
 """
 
 from __future__ import annotations
 
 import array
-import contextlib
 import fcntl
 import ipaddress
 import socket
@@ -18,6 +17,7 @@ import struct
 from collections.abc import Iterable
 from typing import Final
 
+from speaker import if_inet6
 from speaker.bgp import next_hops
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -27,29 +27,15 @@ IFNAMSIZ: Final = 16
 # struct ifreq: the name, then a union whose largest member (struct ifmap) is 24 bytes with
 # 64-bit pointers, 16 with 32-bit ones.
 IFREQ_SIZE: Final = IFNAMSIZ + (24 if struct.calcsize("P") == 8 else 16)
-# IFA_F_* flags of an IPv6 address that cannot be used (yet, or at all).
-IFA_F_DADFAILED: Final = 0x08
-IFA_F_TENTATIVE: Final = 0x40
 BGP_PORT: Final = 179
 
 
-def ipv6_addresses(text: str) -> list[tuple[str, ipaddress.IPv6Address]]:
-    """(interface, address) from /proc/net/if_inet6's lines, without addresses still in or
-    failed by duplicate address detection."""
-    out: list[tuple[str, ipaddress.IPv6Address]] = []
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) < 6:
-            continue
-        try:
-            address = ipaddress.IPv6Address(bytes.fromhex(fields[0]))
-            flags = int(fields[4], 16)
-        except ValueError:
-            continue
-        if flags & (IFA_F_TENTATIVE | IFA_F_DADFAILED):
-            continue
-        out.append((fields[5], address))
-    return out
+def ipv6_addresses(
+    addresses: Iterable[if_inet6.InterfaceAddress],
+) -> list[tuple[str, ipaddress.IPv6Address]]:
+    """(interface, address) of the kernel's IPv6 addresses, without those still in or failed by
+    duplicate address detection."""
+    return [(a.interface, a.address) for a in addresses if a.usable]
 
 
 def ipv4_addresses(data: bytes) -> list[tuple[str, ipaddress.IPv4Address]]:
@@ -65,12 +51,6 @@ def ipv4_addresses(data: bytes) -> list[tuple[str, ipaddress.IPv4Address]]:
         start = i + IFNAMSIZ + 4
         out.append((name.split(":", 1)[0], ipaddress.IPv4Address(data[start : start + 4])))
     return out
-
-
-def _read_if_inet6() -> str:
-    with contextlib.suppress(OSError), open("/proc/net/if_inet6") as f:
-        return f.read()
-    return ""
 
 
 def _read_ifconf() -> bytes:
@@ -110,7 +90,7 @@ def read(peer_addresses: Iterable[IPAddress]) -> next_hops.Facts:
     interfaces: dict[str, list[IPAddress]] = {}
     for name, v4 in ipv4_addresses(_read_ifconf()):
         interfaces.setdefault(name, []).append(v4)
-    for name, v6 in ipv6_addresses(_read_if_inet6()):
+    for name, v6 in ipv6_addresses(if_inet6.read()):
         interfaces.setdefault(name, []).append(v6)
     sources = {p: s for p in set(peer_addresses) if (s := source_toward(p)) is not None}
     return next_hops.Facts({n: tuple(a) for n, a in interfaces.items()}, sources)

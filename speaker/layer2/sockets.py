@@ -11,8 +11,9 @@ another machine may claim an owned address (`conflicts`). Promiscuous mode stays
 interface receives anyway is enough (broadcast, frames to this node, all-nodes multicast, which
 the port also joins), and costs little, since answers to other hosts are not in it.
 
-Interface facts come from ioctls on a socket (they follow the caller's network namespace) and,
-for bridge/bond membership, from /sys/class/net/<if>/master as MetalLB reads it.
+Interface facts come from ioctls on a socket (they follow the caller's network namespace),
+link-local addresses from /proc/net/if_inet6 (`speaker.if_inet6`) and, for bridge/bond
+membership, from /sys/class/net/<if>/master as MetalLB reads it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import struct
 from collections.abc import Sequence
 from typing import Final
 
+from speaker import if_inet6
 from speaker.layer2 import filters, interfaces, packets
 
 logger = logging.getLogger(__name__)
@@ -47,6 +49,9 @@ IFF_NOARP: Final = 0x80
 ARPHRD_ETHER: Final = 1
 READ_BATCH: Final = 64
 _IFREQ_SIZE: Final = 40
+# The kernel gives every IPv6 interface a link-local address in fe80::/64; the rest of fe80::/10
+# is not looked for.
+_LINK_LOCAL: Final = ipaddress.IPv6Network("fe80::/16")
 
 
 def open_raw(
@@ -159,14 +164,8 @@ def _ifreq(sock: socket.socket, request: int, name: str) -> bytes:
 
 
 def link_local_interfaces() -> frozenset[str]:
-    """Interfaces with an IPv6 link-local address (/proc/net follows the network namespace)."""
-    names = set()
-    with contextlib.suppress(OSError), open("/proc/net/if_inet6") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) >= 6 and fields[0].startswith("fe80"):
-                names.add(fields[5])
-    return frozenset(names)
+    """Interfaces with an IPv6 link-local address."""
+    return frozenset(a.interface for a in if_inet6.read() if a.address in _LINK_LOCAL)
 
 
 def ipv4_address(name: str) -> ipaddress.IPv4Address | None:
@@ -180,11 +179,10 @@ def ipv4_address(name: str) -> ipaddress.IPv4Address | None:
 
 
 def link_local_address(name: str) -> ipaddress.IPv6Address | None:
-    with contextlib.suppress(OSError), open("/proc/net/if_inet6") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) >= 6 and fields[5] == name and fields[0].startswith("fe80"):
-                return ipaddress.IPv6Address(bytes.fromhex(fields[0]))
+    """The interface's first IPv6 link-local address, if it has one."""
+    for a in if_inet6.read():
+        if a.interface == name and a.address in _LINK_LOCAL:
+            return a.address
     return None
 
 

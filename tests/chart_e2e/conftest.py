@@ -16,19 +16,14 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import pytest
 
-from hack import images
+from hack import images, processes
 from hack import lab as network_lab
 
 NODES = 2
 KUBELET_NODES = (1, 2)
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.fixture(scope="package")
@@ -60,7 +55,7 @@ def lab(request: pytest.FixtureRequest, built: images.Built) -> Iterator[network
         if reporter is not None:
             reporter.write_line(line)
 
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = signal.signal(signal.SIGTERM, processes.interrupt)
     try:
         with network_lab.exclusive(waiting=say):
             try:

@@ -17,19 +17,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import pytest
 
 from hack import lab as network_lab
-from hack import objects
+from hack import objects, processes
 
 NODES = 3
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    # pytest tears fixtures down on KeyboardInterrupt but not on SIGTERM (CI cancelling a job).
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +38,8 @@ def lab(request: pytest.FixtureRequest) -> Iterator[network_lab.Lab]:
         if reporter is not None:
             reporter.write_line(line)
 
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    # pytest tears fixtures down on KeyboardInterrupt but not on SIGTERM (CI cancelling a job).
+    previous = signal.signal(signal.SIGTERM, processes.interrupt)
     try:
         # One lab per machine: a concurrent session waits for this one instead of clobbering it.
         with network_lab.exclusive(waiting=say):

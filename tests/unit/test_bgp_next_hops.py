@@ -9,6 +9,7 @@ import struct
 
 import pytest
 
+from speaker import if_inet6
 from speaker.bgp import local_addresses, next_hops, peers
 
 ip = ipaddress.ip_address
@@ -120,7 +121,7 @@ short line
 
 
 def test_ipv6_addresses_leave_out_tentative_and_failed_ones() -> None:
-    assert local_addresses.ipv6_addresses(IF_INET6) == [
+    assert local_addresses.ipv6_addresses(if_inet6.parse(IF_INET6)) == [
         ("lo", ip("::1")),
         ("eth0", ip("fd00:250::11")),
         ("eth0", ip("fe80::1")),

@@ -340,7 +340,10 @@ def test_a_speaker_is_its_own_word_else_the_name_given_else_its_address() -> Non
         "error",
     )
     assert any("given as node node3, the speaker says it is node2" in p for p in v.problems)
-    assert any("elsewhere" in p and "NODE=URL" in p for p in v.problems)
+    assert (
+        "http://elsewhere:7473/explain: cannot tell which node this speaker runs on;"
+        " give it as NODE=URL"
+    ) in v.problems
 
 
 def test_a_speaker_on_no_node_gets_a_row_and_a_second_answer_for_a_node_is_ignored() -> None:
@@ -355,7 +358,7 @@ def test_a_speaker_on_no_node_gets_a_row_and_a_second_answer_for_a_node_is_ignor
     assert by["node1"].verdicts[0].announcing is True
     assert not by["ghost"].is_node and by["node1"].is_node
     assert "ghost (no such Node)" in render.explain_text(v)
-    assert any("node node1 was already asked; ignored" in p for p in v.problems)
+    assert f"{URL.format(1)}: node node1 was already asked; ignored" in v.problems
     assert [n.name for n in v.nodes] == ["ghost", "node1", "node2", "node3"]
 
 

@@ -400,8 +400,11 @@ def test_a_scrape_is_matched_to_its_node_by_name_address_or_announcements() -> N
     )
     assert [n.speaker for n in v.nodes] == ["scraped", "scraped", "scraped"]
     assert [s.node for s in v.scrapes] == ["node1", "node2", "node3", None, "node2"]
-    assert any("nobody.example" in p and "NODE=URL" in p for p in v.problems)
-    assert any("already scraped" in p for p in v.problems)
+    assert (
+        "http://nobody.example/metrics: cannot tell which node this speaker runs on;"
+        " give it as NODE=URL"
+    ) in v.problems
+    assert "http://10.0.0.12:9999/metrics: node node2 was already scraped; ignored" in v.problems
 
 
 def test_unreadable_metrics_are_an_error_not_a_crash() -> None:
