@@ -34,8 +34,8 @@ from typing import Any
 import kopf
 
 from controller import certs, config_reporting, leader, metrics, reconciling, webhook
-from ironlb import backoff, model
-from ironlb_io import kube
+from ironlb import model
+from ironlb_io import kube, retrying
 
 log = logging.getLogger(__name__)
 
@@ -279,24 +279,20 @@ async def run(options: Options) -> int:
         stats.leader.set(1)
         keeping = asyncio.ensure_future(elector.keep())
         tasks["lease"] = keeping
-        wait, logged = backoff.Backoff(), ""
-        while True:  # e.g. the CRDs are not installed yet: keep trying, never decide blind
-            try:
-                await reconciler.load()
-                break
-            except kube.ApiError as e:
-                delay = wait.next()
-                if f"{e.status} {e.reason}" != logged:  # once per kind of failure, not per retry
-                    logged = f"{e.status} {e.reason}"
-                    log.error(
-                        "cannot list the cluster state; retrying",
-                        extra={"error": str(e), "retry_s": round(delay, 1)},
-                    )
-                await _first(asyncio.ensure_future(asyncio.sleep(delay)), stopping, keeping)
-                if stopping.done() or keeping.done():
-                    return EXIT_LEASE_LOST if keeping.done() else 0
-        if logged:
-            log.info("cluster state listed")
+        try:  # e.g. the CRDs are not installed yet: keep trying, never decide blind
+            await retrying.retry(
+                reconciler.load,
+                kube.ApiError,
+                message="cannot list the cluster state; retrying",
+                logger=log,
+                level=logging.ERROR,
+                # Once per kind of failure, not per retry.
+                failure_text=lambda e: f"{e.status} {e.reason}",
+                on_recovery=lambda _: log.info("cluster state listed"),
+                stop_at=(stopping, keeping),
+            )
+        except retrying.Stopped:
+            return EXIT_LEASE_LOST if keeping.done() else 0
         running = asyncio.ensure_future(reconciler.run())
         tasks["reconciler"] = running
         readying = asyncio.ensure_future(reconciler.ready.wait())

@@ -1,4 +1,5 @@
-"""The shell the programs share: the Kubernetes client, list-and-watch, and the log format.
+"""The shell the programs share: the Kubernetes client, list-and-watch, retrying a start-up step,
+and the log format.
 
 The controller, the speaker, the `ironlb` command and the benches all talk to the apiserver and
 all log; each used to borrow these from `controller/`, which made the speaker and the CLI look

@@ -56,7 +56,7 @@ from ironlb import (
 )
 from ironlb import annotations as keys
 from ironlb.problems import Problem
-from ironlb_io import configuration_states, kube, watching
+from ironlb_io import configuration_states, kube, retrying, watching
 from speaker import datapath_probing, desired, explaining, health, snapshot, status
 
 log = logging.getLogger(__name__)
@@ -1179,27 +1179,22 @@ async def _load(
 ) -> dict[watching.Source, str] | None:
     """The first LIST of everything, retried with backoff while the apiserver cannot answer
     (not there yet, or our RBAC not yet bound); None when told to stop meanwhile."""
-    wait = backoff.Backoff()
-    logged = ""
-    while True:
-        try:
-            versions = await agent.load()
-        except kube.ApiError as e:
-            listing[:] = [_listing_failure(e)]
-            delay = wait.next()
-            if f"{e.status} {e.reason}" != logged:
-                logged = f"{e.status} {e.reason}"
-                log.warning(
-                    "cannot list the cluster state; retrying",
-                    extra={"error": str(e), "retry_s": round(delay, 1)},
-                )
-            sleeping = asyncio.ensure_future(asyncio.sleep(delay))
-            await asyncio.wait([sleeping, stopping], return_when=asyncio.FIRST_COMPLETED)
-            sleeping.cancel()
-            if stopping.done():
-                return None
-            continue
-        if logged:
-            log.info("cluster state listed")
-        listing[:] = ["loading"]
-        return versions
+
+    def name_in_readiness(e: kube.ApiError) -> None:
+        listing[:] = [_listing_failure(e)]
+
+    try:
+        versions = await retrying.retry(
+            agent.load,
+            kube.ApiError,
+            message="cannot list the cluster state; retrying",
+            logger=log,
+            failure_text=lambda e: f"{e.status} {e.reason}",
+            on_failure=name_in_readiness,
+            on_recovery=lambda _: log.info("cluster state listed"),
+            stop_at=(stopping,),
+        )
+    except retrying.Stopped:
+        return None
+    listing[:] = ["loading"]
+    return versions

@@ -29,6 +29,7 @@ from pathlib import Path
 from prometheus_client import registry as prom_registry
 
 from ironlb import backoff
+from ironlb_io import retrying
 from speaker import seeds
 from speaker.membership import config as membership_config
 from speaker.membership import metrics as membership_metrics
@@ -160,30 +161,23 @@ class Membership:
         self._reasons = tuple(sorted(reasons))
 
     async def _keyring(self) -> sealing.Keyring:
-        wait = self.new_backoff()
-        logged = ""
-        while True:
-            try:
-                keyring = read_keyring(self.settings.key_dir)
-            except OSError as e:
-                self._set(KEY_MISSING, True)
-                delay = wait.next()
-                if str(e) != logged:
-                    logged = str(e)
-                    log.warning(
-                        "membership key missing; membership waits for it, liveness from Node Ready",
-                        extra={
-                            "path": self.settings.key_dir,
-                            "error": logged,
-                            "retry_s": round(delay, 1),
-                        },
-                    )
-                await asyncio.sleep(delay)
-                continue
-            if logged:
-                log.info("membership key found", extra={"path": self.settings.key_dir})
-            self._set(KEY_MISSING, False)
-            return keyring
+        path = self.settings.key_dir
+
+        async def read() -> sealing.Keyring:
+            return read_keyring(path)
+
+        keyring = await retrying.retry(
+            read,
+            OSError,
+            message="membership key missing; membership waits for it, liveness from Node Ready",
+            fields={"path": path},
+            logger=log,
+            on_failure=lambda _: self._set(KEY_MISSING, True),
+            on_recovery=lambda _: log.info("membership key found", extra={"path": path}),
+            new_backoff=self.new_backoff,
+        )
+        self._set(KEY_MISSING, False)
+        return keyring
 
     async def _follow_key(
         self, member: membership_threaded.ThreadedNode, in_use: sealing.Keyring
@@ -229,41 +223,34 @@ class Membership:
                 rotation = None
 
     async def _start(self, keyring: sealing.Keyring | None) -> membership_threaded.ThreadedNode:
-        wait = self.new_backoff()
-        logged = ""
-        while True:
-            try:
-                bind = await asyncio.to_thread(
-                    membership.parse_address, self.settings.bind, self.settings.port
-                )
-                node = membership.Node(
-                    self.settings.name, bind, keyring=keyring, config=self.settings.config
-                )
-                # In the very first Alive: the others never count this node ready too early.
-                node.set_metadata(self._metadata)
-                member = membership_threaded.ThreadedNode(node)
-                await member.start()
-            except (OSError, UnicodeError) as e:
-                self._set(BIND_FAILED, True)
-                delay = wait.next()
-                if str(e) != logged:
-                    logged = str(e)
-                    log.warning(
-                        "membership cannot bind its address; retrying",
-                        extra={
-                            "address": self.settings.bind,
-                            "port": self.settings.port,
-                            "error": logged,
-                            "retry_s": round(delay, 1),
-                        },
-                    )
-                await asyncio.sleep(delay)
-                continue
-            if logged:
-                log.info("membership bound its address", extra={"address": str(bind)})
-            self._set(BIND_FAILED, False)
-            membership_metrics.register(node, self.registry)
+        async def bind_and_start() -> membership_threaded.ThreadedNode:
+            bind = await asyncio.to_thread(
+                membership.parse_address, self.settings.bind, self.settings.port
+            )
+            node = membership.Node(
+                self.settings.name, bind, keyring=keyring, config=self.settings.config
+            )
+            # In the very first Alive: the others never count this node ready too early.
+            node.set_metadata(self._metadata)
+            member = membership_threaded.ThreadedNode(node)
+            await member.start()
             return member
+
+        member = await retrying.retry(
+            bind_and_start,
+            (OSError, UnicodeError),
+            message="membership cannot bind its address; retrying",
+            fields={"address": self.settings.bind, "port": self.settings.port},
+            logger=log,
+            on_failure=lambda _: self._set(BIND_FAILED, True),
+            on_recovery=lambda started: log.info(
+                "membership bound its address", extra={"address": str(started.node.bind)}
+            ),
+            new_backoff=self.new_backoff,
+        )
+        self._set(BIND_FAILED, False)
+        membership_metrics.register(member.node, self.registry)
+        return member
 
     async def _resolve_forever(self, member: membership_threaded.ThreadedNode) -> None:
         wait = self.new_backoff()
