@@ -4,7 +4,8 @@ Flags keep MetalLB's names and environment variables where one exists (`--ml-bin
 `METALLB_ML_BIND_ADDR`, `--ml-bind-port` / `METALLB_ML_BIND_PORT`, also spelt `--ml-bindaddr` and
 `--ml-bindport` as MetalLB's speaker does, `--ml-secret-key-path`, `--lb-class`, `--host` /
 `METALLB_HOST`, `--ignore-exclude-lb`, `--gratuitous-arp-interval` /
-`METALLB_GRATUITOUS_ARP_INTERVAL`, `NODE_NAME` or `METALLB_NODE_NAME`, `METALLB_NAMESPACE`);
+`METALLB_GRATUITOUS_ARP_INTERVAL`, `--pod-name` / `METALLB_POD_NAME`, `NODE_NAME` or
+`METALLB_NODE_NAME`, `METALLB_NAMESPACE`);
 ironlb's own: the data-path check
 (`--datapath-check`, `--healthz-url`, `--datapath-probe-rate`) and `--drain-on-cordon`.
 """
@@ -54,6 +55,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--namespace",
         default=env("METALLB_NAMESPACE", "metallb-system"),
         help="namespace of the metallb.io objects (env METALLB_NAMESPACE)",
+    )
+    parser.add_argument(
+        "--pod-name",
+        default=env("METALLB_POD_NAME", ""),
+        help="this speaker's Pod in --namespace, made owner of its status objects so that they "
+        "go with it (env METALLB_POD_NAME); empty: they get no owner",
     )
     parser.add_argument("--kubeconfig", default=None, help="else $KUBECONFIG or in-cluster")
     parser.add_argument("--lb-class", default="", help="handle only this loadBalancerClass")
@@ -157,8 +164,8 @@ def membership_settings(args: argparse.Namespace) -> joining.Settings:
     )
 
 
-async def _run(args: argparse.Namespace, settings: joining.Settings | None) -> int:
-    options = agent.Options(
+def agent_options(args: argparse.Namespace) -> agent.Options:
+    return agent.Options(
         node_name=args.node_name,
         namespace=args.namespace,
         lb_class=args.lb_class,
@@ -168,7 +175,12 @@ async def _run(args: argparse.Namespace, settings: joining.Settings | None) -> i
         ignore_exclude_lb=args.ignore_exclude_lb,
         log_level=args.log_level,
         drain_on_cordon=args.drain_on_cordon,
+        pod_name=args.pod_name,
     )
+
+
+async def _run(args: argparse.Namespace, settings: joining.Settings | None) -> int:
+    options = agent_options(args)
     prober = datapath_probing.Prober(
         check=datapath.Check(args.datapath_check),
         healthz_url=args.healthz_url,

@@ -196,6 +196,8 @@ class Options:
     ignore_exclude_lb: bool = False
     log_level: str = "info"
     drain_on_cordon: bool = False  # a cordoned node hands its addresses over
+    # Our own Pod (in `namespace`), owner of our status objects; empty: they get no owner.
+    pod_name: str = ""
 
 
 @dataclass
@@ -220,6 +222,7 @@ class Agent:
     _assigned: collections.deque[tuple[str, str]] = field(default_factory=collections.deque)
     _assigning: asyncio.Future[None] | None = None
     _wanted_status: dict[str, list[status.Wanted]] = field(default_factory=dict)
+    _owner: status.Owner | None = None  # our Pod, once read (`learn_owner`)
     # Layer 2: (namespace, name) -> the nodes elected for one of the Service's addresses.
     _l2_announcers: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
     _status_dirty: asyncio.Event = field(default_factory=asyncio.Event)
@@ -817,6 +820,25 @@ class Agent:
         if self.bgp is not None:
             await self.bgp.wait_synced(SETTLE_WAIT_S)
 
+    async def learn_owner(self) -> None:
+        """Read our own Pod once, retried until it answers (RBAC not bound yet, apiserver away):
+        from then on our status objects are owned by it, those already made included."""
+        ns, name = self.options.namespace, self.options.pod_name
+        pod = await retrying.retry(
+            lambda: self.client.get(kube.core_path("pods", ns, name)),
+            kube.ApiError,
+            message="cannot read our own Pod; status objects get no owner until then",
+            fields={"pod": f"{ns}/{name}"},
+            logger=log,
+            failure_text=lambda e: f"{e.status} {e.reason}",
+        )
+        uid = (pod.get("metadata") or {}).get("uid")
+        if not isinstance(uid, str) or not uid:
+            log.warning("our own Pod has no uid; status objects get no owner", extra={"pod": name})
+            return
+        self._owner = status.Owner(name, uid)
+        self._status_dirty.set()
+
     async def write_status(self) -> None:
         """Converge our status objects on what the latest pass wanted; a failed write is
         retried after a second, a newer wish replaces an older one."""
@@ -840,12 +862,14 @@ class Agent:
     async def _sync_status(self, kind: str, wanted: list[status.Wanted]) -> bool:
         me, ns = self.options.node_name, self.options.namespace
         existing = list(self.store.config.get(kind, {}).values())
+        owner = self._owner
         changes = status.diff(
             kind,
             me,
             wanted,
             existing,
             announcers=self._l2_announcers if kind == model.SERVICE_L2_STATUS else None,
+            owner=owner,
         )
         plural, versions = model.RESOURCES[kind]
         base = kube.group_path(model.GROUP, versions[-1], plural, ns)
@@ -861,7 +885,7 @@ class Agent:
                     self._creating.pop(key, None)
 
         async def created(w: status.Wanted, key: tuple[str, str]) -> bool:
-            body = status.body(w, me, ns)
+            body = status.body(w, me, ns, owner)
             try:
                 made = await self.client.create(base, body)
                 version = services.resource_version(made)
@@ -902,10 +926,31 @@ class Agent:
                 self.store.config.get(kind, {}).pop(f"{ns}/{name}", None)
                 return True
 
+        async def adopt(name: str) -> bool:
+            assert owner is not None
+            references = [owner.reference()]
+            async with gate:
+                try:
+                    # The object itself, not /status: ownerReferences are metadata.
+                    await self.client.merge_patch(
+                        f"{base}/{name}", {"metadata": {"ownerReferences": references}}
+                    )
+                except kube.ApiError as e:
+                    if e.not_found:
+                        return True  # gone meanwhile: its watch event brings a create
+                    log.warning("could not set the owner of status", extra={"error": str(e)})
+                    return False
+                current = self.store.config.get(kind, {}).get(f"{ns}/{name}")
+                if current is not None:
+                    metadata = {**current["metadata"], "ownerReferences": references}
+                    self.store.put(kind, None, {**current, "metadata": metadata})
+                return True
+
         results = await asyncio.gather(
             *(create(w) for w in changes.create),
             *(update(w) for w in changes.update),
             *(delete(n) for n in changes.delete),
+            *(adopt(n) for n in changes.adopt),
         )
         return all(results)
 
@@ -1114,6 +1159,9 @@ async def run(
     tasks: list[asyncio.Future[Any]] = []
     watcher: kube.Client | None = None
     stopping = asyncio.ensure_future(stop.wait())
+    # Not one of `tasks`, whose end ends the speaker: this one ends once it knows our Pod.
+    # Started now, so that the Pod is read while everything is listed.
+    learning_owner = asyncio.ensure_future(agent.learn_owner()) if options.pod_name else None
     try:
         versions = await _load(agent, stopping, listing)
         if versions is None:
@@ -1156,6 +1204,8 @@ async def run(
         # still write "announcing" for a node that is going away.
         for task in tasks:
             task.cancel()
+        if learning_owner is not None:
+            learning_owner.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
         await agent.shutdown()

@@ -165,14 +165,13 @@ def slim(kind: str, obj: Object) -> dict[str, Any]:
         }
     if kind in STATUS_KINDS:
         # Thirty thousand of these at 10,000 Services: what the status writer compares (its
-        # labels and status) and the version its watch echoes, nothing more.
-        return {
-            "kind": kind,
-            "metadata": _pick(
-                _map(obj.get("metadata")), ("name", "namespace", "resourceVersion", "labels")
-            ),
-            "status": obj.get("status"),
-        }
+        # labels, status and owner) and the version its watch echoes, nothing more. A node's
+        # objects all name the same owner: one shared copy.
+        found = _map(obj.get("metadata"))
+        kept = _pick(found, ("name", "namespace", "resourceVersion", "labels"))
+        if "ownerReferences" in found:
+            kept["ownerReferences"] = _share(found["ownerReferences"])
+        return {"kind": kind, "metadata": kept, "status": obj.get("status")}
     meta = {k: v for k, v in _map(obj.get("metadata")).items() if k != "managedFields"}
     return {**obj, "metadata": meta}
 
@@ -193,12 +192,15 @@ def _same(a: Object | None, b: Object | None, *, ignore_status: bool = False) ->
 
 
 def _same_status(a: Object | None, b: Object | None) -> bool:
-    """A status object says what its labels and status say; the rest is the server's."""
+    """A status object says what its labels, owner and status say; the rest is the server's."""
     if a is None or b is None:
         return a is b
-    return _map(a.get("metadata")).get("labels") == _map(b.get("metadata")).get("labels") and a.get(
-        "status"
-    ) == b.get("status")
+    meta_a, meta_b = _map(a.get("metadata")), _map(b.get("metadata"))
+    return (
+        meta_a.get("labels") == meta_b.get("labels")
+        and meta_a.get("ownerReferences") == meta_b.get("ownerReferences")
+        and a.get("status") == b.get("status")
+    )
 
 
 @dataclass(frozen=True, slots=True)

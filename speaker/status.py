@@ -5,6 +5,10 @@ ServiceBGPStatus per Service it announces over BGP, labelled with its node name 
 and named deterministically, so that a restart finds its own objects again instead of creating
 duplicates. It writes only objects labelled with its own node; the one exception is deleting
 another node's ServiceL2Status for a Service it now answers for (see `diff`).
+
+Once the speaker knows its own Pod, that Pod owns each of its objects (an ownerReference, as
+MetalLB's speaker sets), so the garbage collector removes them when the Pod goes: uninstalled,
+its node removed, or no longer scheduled there.
 """
 
 from __future__ import annotations
@@ -27,6 +31,25 @@ class Wanted:
     service_namespace: str
     service_name: str
     status: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The speaker's own Pod, owner of its status objects."""
+
+    pod_name: str
+    uid: str
+
+    def reference(self) -> dict[str, str]:
+        # What MetalLB's controllerutil.SetOwnerReference writes: neither `controller` nor
+        # `blockOwnerDeletion` (a Pod's deletion must never wait for its status objects).
+        return {"apiVersion": "v1", "kind": "Pod", "name": self.pod_name, "uid": self.uid}
+
+    def owns(self, obj: Mapping[str, Any]) -> bool:
+        references = (obj.get("metadata") or {}).get("ownerReferences")
+        return isinstance(references, list) and any(
+            isinstance(r, Mapping) and r.get("uid") == self.uid for r in references
+        )
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -91,19 +114,22 @@ def wanted_bgp(node: str, announced: Mapping[str, Iterable[model.PeerName]]) -> 
     return out
 
 
-def body(wanted: Wanted, node: str, namespace: str) -> dict[str, Any]:
+def body(wanted: Wanted, node: str, namespace: str, owner: Owner | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": wanted.name,
+        "namespace": namespace,
+        "labels": {
+            keys.STATUS_NODE: node,
+            keys.STATUS_SERVICE_NAME: wanted.service_name,
+            keys.STATUS_SERVICE_NAMESPACE: wanted.service_namespace,
+        },
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [owner.reference()]
     return {
         "apiVersion": f"{model.GROUP}/v1beta1",
         "kind": wanted.kind,
-        "metadata": {
-            "name": wanted.name,
-            "namespace": namespace,
-            "labels": {
-                keys.STATUS_NODE: node,
-                keys.STATUS_SERVICE_NAME: wanted.service_name,
-                keys.STATUS_SERVICE_NAMESPACE: wanted.service_namespace,
-            },
-        },
+        "metadata": metadata,
         "spec": {},
     }
 
@@ -113,6 +139,9 @@ class Changes:
     create: tuple[Wanted, ...]  # create the object, then set its status
     update: tuple[Wanted, ...]  # status differs
     delete: tuple[str, ...]  # names of our objects nobody wants any more
+    # Names of our wanted objects that the owner does not own yet (made before the speaker
+    # knew its Pod, or by an earlier Pod): their ownerReferences are to be set.
+    adopt: tuple[str, ...] = ()
 
 
 def diff(
@@ -122,6 +151,7 @@ def diff(
     existing: Iterable[Mapping[str, Any]],
     *,
     announcers: Mapping[tuple[str, str], frozenset[str]] | None = None,
+    owner: Owner | None = None,
 ) -> Changes:
     """Compare with the objects of `kind` that exist; only those labelled with our node count.
 
@@ -130,7 +160,10 @@ def diff(
     deleted too, as MetalLB's new owner does, unless that node is elected as well (a Service
     whose addresses have different owners): it may be dead (SIGKILL, a cut link) and never
     delete its own, and a reader must not see a node that does not announce. Two elected nodes
-    deleting each other's objects would rewrite them for ever."""
+    deleting each other's objects would rewrite them for ever.
+
+    `owner`: the speaker's Pod; each of our wanted objects it does not own (no ownerReference
+    with its uid) is to be adopted. None: ownership is left as it is."""
     wanted_list = list(wanted)
     ours = {(w.service_namespace, w.service_name) for w in wanted_list}
     mine = {}
@@ -152,17 +185,20 @@ def diff(
             and labels.get(keys.STATUS_NODE) not in announcers.get(service, frozenset())
         ):
             evicted.append(str(meta.get("name")))
-    create, update = [], []
+    create, update, adopt = [], [], []
     wanted_names = set()
     for w in wanted_list:
         wanted_names.add(w.name)
         current = mine.get(w.name)
         if current is None:
             create.append(w)
-        elif _normal(current.get("status")) != _normal(w.status):
+            continue
+        if _normal(current.get("status")) != _normal(w.status):
             update.append(w)
+        if owner is not None and not owner.owns(current):
+            adopt.append(w.name)
     delete = tuple(sorted({*(n for n in mine if n not in wanted_names), *evicted}))
-    return Changes(tuple(create), tuple(update), delete)
+    return Changes(tuple(create), tuple(update), delete, tuple(adopt))
 
 
 def _normal(status: Any) -> Any:

@@ -122,11 +122,13 @@ USED = {
         *(
             ("metallb.io", kind, sub, verb, "namespace", "")
             for kind in ("servicel2statuses", "servicebgpstatuses")
-            for sub, verb in (("", "create"), ("", "delete"), ("status", "patch"))
+            for sub, verb in (("", "create"), ("", "delete"), ("", "patch"), ("status", "patch"))
         ),
         ("metallb.io", "configurationstates", "", "create", "namespace", ""),
         ("metallb.io", "configurationstates", "", "get", "namespace", ""),
         ("metallb.io", "configurationstates", "status", "patch", "namespace", ""),
+        # Its own Pod, the owner of its status objects.
+        ("", "pods", "", "get", "namespace", ""),
     },
 }
 
@@ -179,8 +181,11 @@ DENIED = {
         ("", "services", "status", "patch", APPS, "web"),
         ("metallb.io", "servicel2statuses", "", "create", APPS, ""),
         ("metallb.io", "servicel2statuses", "", "update", NS, "x"),
-        ("metallb.io", "servicel2statuses", "", "patch", NS, "x"),
+        ("metallb.io", "servicel2statuses", "", "patch", APPS, "x"),
         ("metallb.io", "ipaddresspools", "status", "patch", NS, "pool"),
+        # Its own Pod only: no other namespace's, no list.
+        ("", "pods", "", "get", APPS, "x"),
+        ("", "pods", "", "list", NS, ""),
         ("coordination.k8s.io", "leases", "", "create", NS, ""),
         ("", "namespaces", "", "list", "", ""),
         ("metallb.io", "configurationstates", "", "delete", NS, "controller"),
@@ -496,24 +501,48 @@ class Alone:
     async def leave(self):
         pass
 
-async def main(node, namespace, kubeconfig):
+async def main(node, namespace, kubeconfig, pod_name):
     options = agent.Options(
-        node_name=node, namespace=namespace, kubeconfig=kubeconfig, metrics_port=0
+        node_name=node,
+        namespace=namespace,
+        kubeconfig=kubeconfig,
+        metrics_port=0,
+        pod_name=pod_name,
     )
     return await agent.run(options, layer2=Layer2(), membership=Alone(node))
 
 logs.configure_logging("info")
-sys.exit(asyncio.run(main(*sys.argv[1:4])))
+sys.exit(asyncio.run(main(*sys.argv[1:5])))
 """
+# The speaker's own Pod, as the chart's DaemonSet would make it (nothing runs it here): the
+# owner of the speaker's status objects.
+SPEAKER_POD = "ironlb-speaker-test"
 
 
 @pytest.fixture(scope="module")
 def speaker(env: Env, controller: support.Controller) -> Iterator[Path]:
     """The speaker agent as the speaker ServiceAccount; yields its log file."""
     log = Path(tempfile.mkdtemp(prefix="ironlb-speaker-")) / "speaker.log"
+    apply(
+        env.tools,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": SPEAKER_POD, "namespace": NS},
+            "spec": {"nodeName": NODE, "containers": [{"name": "speaker", "image": "speaker"}]},
+        },
+    )
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-c", SPEAKER, NODE, NS, str(env.kubeconfigs["speaker"])],
+            [
+                sys.executable,
+                "-c",
+                SPEAKER,
+                NODE,
+                NS,
+                str(env.kubeconfigs["speaker"]),
+                SPEAKER_POD,
+            ],
             cwd=cs.ROOT,
             env=dict(os.environ, PYTHONPATH=str(cs.ROOT), PYTHONUNBUFFERED="1"),
             stdout=out,
@@ -577,6 +606,14 @@ def test_speaker_announces_and_writes_its_status_as_its_service_account(
         raise AssertionError(f"{e}\nspeaker log:\n{tail(speaker)}") from None
     assert len(status) == 1
     assert status[0]["status"]["node"] == NODE
+    # Owned by the speaker's Pod (read as the speaker's ServiceAccount), as MetalLB's are: set
+    # at creation, or adopted right after when the Pod was read later.
+    uid = env.tools.get_json("pod", SPEAKER_POD, "-n", NS)["metadata"]["uid"]
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": SPEAKER_POD, "uid": uid}
+    support.wait_for(
+        "the ServiceL2Status owned by the speaker's Pod",
+        lambda: [s["metadata"].get("ownerReferences") for s in l2_statuses(env)] == [[owner]],
+    )
     assert status[0]["status"]["serviceName"] == "web"
     assert status[0]["status"]["serviceNamespace"] == APPS
     event = k8s.wait_event(APPS, "web", "nodeAssigned", NODE)

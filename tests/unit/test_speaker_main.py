@@ -50,6 +50,17 @@ def test_metallb_spellings_and_environment_are_read(monkeypatch: pytest.MonkeyPa
     assert speaker_main.parse_args([]).node_name == "n3"
 
 
+def test_pod_name_keeps_metallbs_flag_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The speaker's own Pod (owner of its status objects) reaches the agent; none by default
+    (a speaker run as a plain process: its status objects get no owner)."""
+    monkeypatch.delenv("METALLB_POD_NAME", raising=False)
+    assert speaker_main.agent_options(speaker_main.parse_args(["--node-name=n1"])).pod_name == ""
+    monkeypatch.setenv("METALLB_POD_NAME", "speaker-abcde")
+    assert speaker_main.parse_args([]).pod_name == "speaker-abcde"
+    args = speaker_main.parse_args(["--node-name=n1", "--pod-name=speaker-fghij"])
+    assert speaker_main.agent_options(args).pod_name == "speaker-fghij"  # the flag wins
+
+
 def test_gratuitous_arp_interval_keeps_metallbs_flag_and_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

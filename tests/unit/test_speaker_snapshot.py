@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -278,6 +279,81 @@ def test_settled_status_needs_no_change() -> None:
     existing = [{**status.body(w, "n1", NS), "status": dict(w.status)} for w in wanted]
     changes = status.diff(model.SERVICE_BGP_STATUS, "n1", wanted, existing)
     assert changes == status.Changes((), (), ())
+
+
+POD = status.Owner("speaker-abcde", "uid-1")
+
+
+@pytest.mark.parametrize(
+    ("owner", "references"),
+    [
+        (None, None),  # no Pod known: no owner, as before
+        (POD, [{"apiVersion": "v1", "kind": "Pod", "name": "speaker-abcde", "uid": "uid-1"}]),
+    ],
+)
+def test_a_created_object_names_the_pod_as_its_owner(
+    owner: status.Owner | None, references: list[dict[str, str]] | None
+) -> None:
+    (w,) = status.wanted_bgp("n1", {"app/a": (model.PeerName("tor"),)})
+    assert status.diff(model.SERVICE_BGP_STATUS, "n1", [w], [], owner=owner).create == (w,)
+    metadata = status.body(w, "n1", NS, owner)["metadata"]
+    assert metadata.get("ownerReferences") == references
+
+
+def owned_by(*uids: str) -> list[dict[str, str]]:
+    return [{"apiVersion": "v1", "kind": "Pod", "name": f"speaker-{u}", "uid": u} for u in uids]
+
+
+@pytest.mark.parametrize(
+    ("references", "owner", "adopted"),
+    [
+        (None, POD, True),  # made before the Pod was known
+        ([], POD, True),
+        (owned_by("uid-0"), POD, True),  # made by an earlier Pod
+        (owned_by("uid-1"), POD, False),
+        # Ours among others (someone added one): ours is there, nothing to fight over.
+        (owned_by("uid-0", "uid-1"), POD, False),
+        (None, None, False),  # no Pod known: ownership is left as it is
+        (owned_by("uid-0"), None, False),
+    ],
+)
+def test_existing_objects_are_adopted_unless_the_pod_owns_them(
+    references: list[dict[str, str]] | None, owner: status.Owner | None, adopted: bool
+) -> None:
+    (w,) = status.wanted_bgp("n1", {"app/a": (model.PeerName("tor"),)})
+    existing = {**status.body(w, "n1", NS), "status": dict(w.status)}
+    if references is not None:
+        existing["metadata"]["ownerReferences"] = references
+    changes = status.diff(model.SERVICE_BGP_STATUS, "n1", [w], [existing], owner=owner)
+    assert changes == status.Changes((), (), (), (w.name,) if adopted else ())
+
+
+def test_only_our_wanted_objects_are_adopted() -> None:
+    """Another node's object and one of ours nobody wants are never adopted (the first is not
+    ours, the second is deleted); an object both stale and unowned is updated and adopted."""
+    a, b = status.wanted_l2(
+        "n1", plan(("10.250.0.200", (), ("app/a",)), ("10.250.0.201", (), ("app/b",)))
+    )
+    stale = {**status.body(b, "n1", NS), "status": {**b.status, "node": "old"}}
+    gone = status.body(status.Wanted(model.SERVICE_L2_STATUS, "l2-gone", "app", "c", {}), "n1", NS)
+    theirs = status.body(a, "n2", NS)
+    changes = status.diff(model.SERVICE_L2_STATUS, "n1", [a, b], [stale, gone, theirs], owner=POD)
+    assert [w.name for w in changes.create] == [a.name]
+    assert [w.name for w in changes.update] == [b.name]
+    assert changes.delete == ("l2-gone",)
+    assert changes.adopt == (b.name,)
+
+
+def test_the_store_keeps_the_owner_and_an_owner_change_is_a_status_change() -> None:
+    (w,) = status.wanted_bgp("n1", {"app/a": (model.PeerName("tor"),)})
+    store = snapshot.Store(status_node="n1")
+    unowned = {**status.body(w, "n1", NS), "status": dict(w.status)}
+    store.put(model.SERVICE_BGP_STATUS, None, unowned)
+    owned = {**status.body(w, "n1", NS, POD), "status": dict(w.status)}
+    assert store.put(model.SERVICE_BGP_STATUS, "MODIFIED", owned)
+    kept = store.config[model.SERVICE_BGP_STATUS][f"{NS}/{w.name}"]
+    assert POD.owns(kept)
+    assert not store.put(model.SERVICE_BGP_STATUS, "MODIFIED", owned)  # the same again
 
 
 def test_names_are_stable_and_distinct_per_node() -> None:

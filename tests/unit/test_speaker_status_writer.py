@@ -4,9 +4,14 @@ connection) may report what happened to an object before the answer to our own r
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 from typing import Any
 
+import pytest
+
 from ironlb import model
+from ironlb_io import kube, retrying
 from speaker import agent, status
 
 KIND = model.SERVICE_L2_STATUS
@@ -97,3 +102,108 @@ async def test_the_echo_of_our_create_is_dropped_once_and_nothing_is_kept_after(
     writer.observe(KIND, "MODIFIED", patched)
     assert writer._superseded == {}  # the version our answer carried was not kept
     assert writer.store.config[KIND][f"{NS}/l2-abc"]["status"] == patched["status"]
+
+
+# --- ownership: our Pod owns our objects ----------------------------------------------------
+
+POD = status.Owner("speaker-abcde", "uid-1")
+BASE = f"/apis/metallb.io/v1beta1/namespaces/{NS}/servicel2statuses"
+
+
+class RecordingClient:
+    """Answers at once; records each merge patch, or refuses it with `refuse`."""
+
+    def __init__(self, refuse: kube.ApiError | None = None) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+        self.refuse = refuse
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.refuse is not None:
+            raise self.refuse
+        self.patches.append((path, body))
+        return {}
+
+
+def writer_with(client: Any, *existing: dict[str, Any]) -> agent.Agent:
+    writer = agent.Agent(agent.Options(node_name="n1", namespace=NS), client)
+    for obj in existing:
+        writer.observe(KIND, "ADDED", obj)
+    return writer
+
+
+def settled(owner: status.Owner | None = None) -> dict[str, Any]:
+    """Our object as the server holds it, its status as wanted."""
+    return {**status.body(wanted(), "n1", NS, owner), "status": dict(wanted().status)}
+
+
+async def test_an_object_made_before_the_pod_was_known_is_adopted_once() -> None:
+    client = RecordingClient()
+    writer = writer_with(client, settled())
+    assert await writer._sync_status(KIND, [wanted()])
+    assert client.patches == []  # no Pod known yet: nothing to do
+    writer._owner = POD
+    assert await writer._sync_status(KIND, [wanted()])
+    owner_patch = {"metadata": {"ownerReferences": [POD.reference()]}}
+    assert client.patches == [(f"{BASE}/l2-abc", owner_patch)]  # the object, not /status
+    assert await writer._sync_status(KIND, [wanted()])
+    assert len(client.patches) == 1  # the store knows it is ours now
+    writer._status_dirty.clear()
+    writer.observe(KIND, "MODIFIED", settled(POD))  # the echo of our patch
+    assert not writer._status_dirty.is_set()
+
+
+async def test_a_new_object_is_created_owned() -> None:
+    client = RecordingClient()
+    writer = writer_with(client)
+    writer._owner = POD
+    assert await writer._sync_status(KIND, [wanted()])
+    (created,) = writer.store.config[KIND].values()
+    assert POD.owns(created)
+    assert [path for path, _ in client.patches] == [f"{BASE}/l2-abc/status"]
+
+
+async def test_a_refused_adoption_is_a_failed_write_and_a_vanished_object_is_not() -> None:
+    refused = RecordingClient(kube.ApiError(403, "Forbidden", "patch"))
+    writer = writer_with(refused, settled())
+    writer._owner = POD
+    assert not await writer._sync_status(KIND, [wanted()])  # the writer tries again
+    gone = RecordingClient(kube.ApiError(404, "NotFound", "gone"))
+    writer = writer_with(gone, settled())
+    writer._owner = POD
+    assert await writer._sync_status(KIND, [wanted()])  # its DELETED event brings a create
+
+
+class PodClient:
+    """GET of a Pod: refused `failures` times, then answered."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.paths: list[str] = []
+
+    async def get(self, path: str) -> dict[str, Any]:
+        self.paths.append(path)
+        if len(self.paths) <= self.failures:
+            raise kube.ApiError(403, "Forbidden", "pods is forbidden")
+        return {"metadata": {"name": POD.pod_name, "uid": POD.uid}}
+
+
+async def test_the_pod_is_read_until_it_answers_then_owns_our_objects(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def no_wait(_: float) -> None:
+        pass
+
+    monkeypatch.setattr(retrying, "retry", functools.partial(retrying.retry, sleep=no_wait))
+    client = PodClient(failures=3)
+    options = agent.Options(node_name="n1", namespace=NS, pod_name=POD.pod_name)
+    writer = agent.Agent(options, client)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING):
+        await asyncio.wait_for(writer.learn_owner(), 5)
+    assert client.paths == [f"/api/v1/namespaces/{NS}/pods/{POD.pod_name}"] * 4
+    assert writer._owner == POD
+    assert writer._status_dirty.is_set()  # existing objects get adopted
+    refusals = [r for r in caplog.records if "our own Pod" in r.getMessage()]
+    assert len(refusals) == 1  # the same failure is logged once
