@@ -149,7 +149,10 @@ class Membership:
         self._authoritative = True
         self._set(SEEDS_UNRESOLVED, False)
         self._set(NO_MEMBER_ANSWERED, False)
-        log.info("membership now decides which speakers are alive", extra={"why": why})
+        log.info(
+            "membership now decides which speakers are alive",
+            extra={"why": why, "node": self.settings.name},
+        )
         self.changed.set()
 
     def _set(self, reason: str, on: bool) -> None:

@@ -191,7 +191,7 @@ async def test_seeds_that_nobody_answers_leave_liveness_to_node_ready(
         assert len(unanswered) == 1
         assert unanswered[0].levelname == "WARNING"
         assert unanswered[0].__dict__["addresses"] == f"127.0.0.1:{silent.getsockname()[1]}"
-        assert not lines(caplog, "membership now decides which speakers are alive")
+        assert not taking_over(caplog, "a")
 
         # Another member is heard: membership speaks for the cluster from then on.
         member.changed.clear()
@@ -200,7 +200,16 @@ async def test_seeds_that_nobody_answers_leave_liveness_to_node_ready(
         await eventually(lambda: member.members() == frozenset({"a", "b"}), "a hears b")
         assert member.reasons() == ()
         assert member.changed.is_set()
-        assert len(lines(caplog, "membership now decides which speakers are alive")) == 1
+        # Once, by a; b takes over too, when it hears a (sooner or later: not counted here).
+        assert len(taking_over(caplog, "a")) == 1
+
+
+def taking_over(caplog: pytest.LogCaptureFixture, node: str) -> list[logging.LogRecord]:
+    return [
+        r
+        for r in lines(caplog, "membership now decides which speakers are alive")
+        if r.__dict__.get("node") == node
+    ]
 
 
 async def test_seeds_that_name_only_this_member_are_a_cluster_of_one(
