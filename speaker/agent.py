@@ -587,16 +587,11 @@ class Agent:
                 "the interfaces to announce an address on are not on this node",
                 extra={"event": "announceFailed", "service": key, "ip": address},
             )
-            svc = self.store.services.get(key)
-            if svc is None:
-                continue
             message = (
                 f'the interfaces specified by LB IP "{address}" doesn\'t exist in assigned node '
                 f'"{self.options.node_name}" with protocol "layer2"'
             )
-            self._post_soon(
-                _event_body(svc, "announceFailed", message, self.options.node_name, warning=True)
-            )
+            self._post_service_event(key, "announceFailed", message, warning=True)
         self._unannounceable = now
 
     async def watch_interfaces(self) -> None:
@@ -649,13 +644,7 @@ class Agent:
             f'node "{self.options.node_name}", which announces it): two machines answer for it'
         )
         for service in holders[:SERVICE_EVENTS_PER_PASS]:
-            svc = self.store.services.get(service.key)
-            if svc is not None:
-                self._post_soon(
-                    _event_body(
-                        svc, "addressConflict", message, self.options.node_name, warning=True
-                    )
-                )
+            self._post_service_event(service.key, "addressConflict", message, warning=True)
 
     def _account(
         self,
@@ -749,14 +738,18 @@ class Agent:
         self._not_announced_labels = set(counts)
 
     def _post_withdrawn(self, service: str, protocol: str, why: str, detail: str) -> None:
-        svc = self.store.services.get(service)
-        if svc is None:
-            return
         message = (
             f'not announcing from node "{self.options.node_name}" with protocol "{protocol}": '
             f"{why}{': ' + detail if detail else ''}"
         )
-        self._post_soon(_event_body(svc, "nodeWithdrawn", message, self.options.node_name))
+        self._post_service_event(service, "nodeWithdrawn", message, warning=False)
+
+    def _post_service_event(self, key: str, reason: str, message: str, *, warning: bool) -> None:
+        """An Event on Service `key` from this node; none when the Service is gone meanwhile."""
+        svc = self.store.services.get(key)
+        if svc is None:
+            return
+        self._post_soon(_event_body(svc, reason, message, self.options.node_name, warning=warning))
 
     def _post_node_event(self, reason: str, message: str, *, warning: bool) -> None:
         node = self.store.node(self.options.node_name)
