@@ -21,6 +21,7 @@ import collections
 import datetime
 import json
 import os
+import socket
 import ssl
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -38,6 +39,14 @@ REQUEST_TIMEOUT_S = 30.0
 WATCH_QUIET_S = 300.0  # the longest a watch without `timeoutSeconds` may be silent
 WATCH_READ_SLACK_S = 30.0  # beyond the server's own end of a watch, before we call it dead
 LIST_CHUNK = 500
+# A connection whose peer went away without a word (a control-plane node powered off, a NAT or
+# conntrack entry gone) is found by the kernel's keepalive probes about a minute after it fell
+# silent, as client-go's HTTP/2 pings find it (30 s idle, then 15 s), not by a watch's read
+# timeout five minutes later: 30 s idle, then 3 probes 10 s apart. A quiet but healthy watch
+# answers the probes, so it is never cut.
+KEEPALIVE_IDLE_S = 30
+KEEPALIVE_INTERVAL_S = 10
+KEEPALIVE_PROBES = 3
 
 JSON = "application/json"
 # Items as PartialObjectMetadata (apiVersion meta.k8s.io/v1); plain JSON if a server cannot.
@@ -270,7 +279,9 @@ class Client:
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(
-                limit=self.concurrency, ssl=ssl_context(self.credentials)
+                limit=self.concurrency,
+                ssl=ssl_context(self.credentials),
+                socket_factory=kept_alive_socket,
             )
             self._session = aiohttp.ClientSession(
                 base_url=self.credentials.server,
@@ -428,6 +439,21 @@ class Client:
 
 
 CERTIFICATE_INVALID = "CertificateInvalid"
+
+
+def kept_alive_socket(addr_info: tuple[Any, ...]) -> socket.socket:
+    """A TCP socket for one of getaddrinfo's answers, with keepalive probes on."""
+    family, kind, proto = addr_info[0], addr_info[1], addr_info[2]
+    sock = socket.socket(family=family, type=kind, proto=proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _unavailable(what: str, e: BaseException) -> ApiError:

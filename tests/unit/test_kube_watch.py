@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -55,3 +56,32 @@ async def test_a_watch_that_goes_silent_ends_as_unavailable(
         await client.close()
     assert seen == ["a"]
     assert raised.value.retryable
+
+
+async def test_connections_to_the_apiserver_probe_a_silent_peer(silent_server: str) -> None:
+    """The kernel's keepalive probes find a peer gone without a RST about a minute after it
+    fell silent, long before the watch's read timeout: the options are on the socket the
+    watch really uses (read while its first event is being handled)."""
+    client = kube.Client(kube.Credentials(server=silent_server))
+    options: list[tuple[int, int, int, int]] = []
+    try:
+        async with asyncio.timeout(10):
+            async for _ in client.watch("/api/v1/services", {"timeoutSeconds": "300"}):
+                connector = client._open().connector
+                assert connector is not None
+                held = connector._acquired  # type: ignore[attr-defined]
+                for proto in held:
+                    sock = proto.transport.get_extra_info("socket")
+                    options.append(
+                        (
+                            sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+                            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+                            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
+                        )
+                    )
+                break
+    finally:
+        await client.close()
+    wanted = (1, kube.KEEPALIVE_IDLE_S, kube.KEEPALIVE_INTERVAL_S, kube.KEEPALIVE_PROBES)
+    assert options == [wanted]
