@@ -26,7 +26,7 @@ For each count N (1,000 and 10,000; `--quick`: 1,000 only) it measures, in one r
 Every phase is bounded in time. The cluster is a temporary one (hack/cluster) unless
 `--kubeconfig` or IRONLB_KUBECONFIG names one. Output: readable lines, then one JSON object on
 the last line (the figures of the largest N at top level, every N under "runs").
-Usage: python bench/allocate.py [--quick] [--kubeconfig PATH]
+Usage: python -m bench.allocate [--quick] [--kubeconfig PATH]
 """
 
 from __future__ import annotations
@@ -46,12 +46,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from hack import cluster as local_cluster
+from hack import processes
+from ironlb_io import kube
 
-from hack import cluster as local_cluster  # noqa: E402
-from hack import processes  # noqa: E402
-from ironlb_io import kube  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 NAMESPACE = "metallb-system"
 POOL = "bench"

@@ -13,7 +13,7 @@ Scenarios:
 * structure: random inserts into the blocked sorted list versus `bisect.insort` on one list.
 
 Times are CPU time of this process (best of 3), in microseconds per allocation.
-Usage: python bench/allocator_micro.py [--quick]; the last line is one JSON object.
+Usage: python -m bench.allocator_micro [--quick]; the last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -27,9 +27,6 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from controller import allocator, freelist, requests
 from ironlb import addresses

@@ -49,15 +49,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench import figures  # noqa: E402
-from hack import deploy, objects, processes, witness  # noqa: E402
-from hack import lab as network_lab  # noqa: E402
-from ironlb_io import kube  # noqa: E402
-from speaker.bgp import exabgp, peers, rendering  # noqa: E402
-from speaker.bgp import routes as bgp_routes  # noqa: E402
+from bench import figures
+from bench.session import Session, say
+from hack import deploy, objects, processes, witness
+from hack import lab as network_lab
+from ironlb_io import kube
+from speaker.bgp import exabgp, peers, rendering
+from speaker.bgp import routes as bgp_routes
 
 NS = "metallb-system"
 APP_NS = "bench-bgp"
@@ -111,10 +109,6 @@ class BenchError(Exception):
     """Something the bench needs did not happen; the message says what."""
 
 
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 # --- statistics --------------------------------------------------------------------------------
 
 
@@ -133,6 +127,11 @@ def rounded(value: float | None, digits: int = 4) -> float | None:
 
 
 # --- the ToR's FIB -------------------------------------------------------------------------------
+
+
+def not_via(gateway: str, nexthops: tuple[str, ...]) -> bool:
+    """A route's `nexthops` do not include `gateway`."""
+    return gateway not in nexthops
 
 
 class Fib:
@@ -192,6 +191,14 @@ class Fib:
     def wait(self, check: Callable[[], bool], timeout: float) -> bool:
         with self.condition:
             return self.condition.wait_for(check, timeout)
+
+    def has_nexthops(self, prefix: str, count: int) -> bool:
+        """`prefix` is in the FIB with at least `count` nexthops."""
+        return len(self.routes.get(prefix, ())) >= count
+
+    def lacks(self, prefix: str, gateway: str) -> bool:
+        """`gateway` is no nexthop of `prefix` (also when `prefix` is not in the FIB)."""
+        return not_via(gateway, self.routes.get(prefix, ()))
 
     def first(self, prefix: str, since: float, test: Callable[[tuple[str, ...]], bool]) -> float:
         """Watcher time of the first change of `prefix` at or after `since` passing `test`."""
@@ -747,7 +754,7 @@ def status_to_fib(
         started = time.monotonic()
         api.set_ingress(APP_NS, f"s{i:03d}", vip)
         patch.append(time.monotonic() - started)
-        if not fib.wait(lambda p=prefix: len(fib.routes.get(p, ())) >= lab.nodes, 30):  # type: ignore[misc]
+        if not fib.wait(functools.partial(fib.has_nexthops, prefix, lab.nodes), 30):
             say(f"status->FIB #{i + 1}: timeout")
             continue
         first.append(fib.first(prefix, started, bool) - started)
@@ -778,13 +785,13 @@ def link_cuts(lab: network_lab.Lab, fib: Fib, cuts: int, bfd: bool) -> list[floa
         started = time.monotonic()
         try:
             deploy.cut_link(lab, node)
-            gone = fib.wait(lambda g=gateway: g not in fib.routes.get(prefix, ()), 15)  # type: ignore[misc]
+            gone = fib.wait(functools.partial(fib.lacks, prefix, gateway), 15)
         finally:
             deploy.restore_link(lab, node)
         if not gone:
             say(f"link cut {label} #{n + 1} (node{node}): nexthop never left")
             continue
-        took = fib.first(prefix, started, lambda v, g=gateway: g not in v) - started  # type: ignore[misc]
+        took = fib.first(prefix, started, functools.partial(not_via, gateway)) - started
         results.append(took)
         say(f"link cut {label} #{n + 1} (node{node}): {took:.3f} s")
         if not fib.wait(lambda: set(fib.routes.get(prefix, ())) == everyone, 60):
@@ -1047,23 +1054,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--trials must be 1..200 and --routes 1..40000")
     signal.signal(signal.SIGTERM, processes.interrupt)
 
-    phases: dict[str, float] = {}
+    session = Session(say)
+    phases = session.phases
     phase = functools.partial(figures.phase, phases)
     r: dict[str, Any] = {}  # what was measured so far: printed even if a later part fails
-    incomplete: str | None = None
-    started = time.monotonic()
-    try:
-        with network_lab.exclusive(waiting=say):
-            started = time.monotonic()  # after the wait for another session's lab
-            with network_lab.running(nodes=3) as lab:
-                phases["lab_up"] = round(time.monotonic() - started, 1)
-                say(f"lab up in {phases['lab_up']} s")
-                run(lab, args, trials, cuts, count, r, phase, phases)
-    except (BenchError, network_lab.LabError, AssertionError, KeyboardInterrupt) as e:
-        incomplete = f"{type(e).__name__}: {e}"
-        say(f"incomplete: {incomplete}")
-    print(json.dumps(summarise(args, trials, cuts, count, r, phases, incomplete, started)))
-    return 0 if incomplete is None else 1
+    with (
+        session.incomplete_on(BenchError, network_lab.LabError, AssertionError, KeyboardInterrupt),
+        session.lab() as lab,
+    ):
+        run(lab, args, trials, cuts, count, r, phase, phases)
+    return session.report(
+        summarise(args, trials, cuts, count, r, phases, session.incomplete, session.started)
+    )
 
 
 def run(

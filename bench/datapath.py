@@ -22,18 +22,14 @@ The last line printed is one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from hack import datapath, deploy, objects  # noqa: E402
-from hack import lab as network_lab  # noqa: E402
+from bench.session import Say, Session, say_since
+from hack import datapath, deploy, objects
+from hack import lab as network_lab
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -50,7 +46,7 @@ def summary(name: str, values: list[float]) -> dict[str, float]:
     }
 
 
-def measure(lab: network_lab.Lab, quick: bool, say: Any) -> dict[str, Any]:
+def measure(lab: network_lab.Lab, quick: bool, say: Say) -> dict[str, Any]:
     trials = 3 if quick else 10
     objects.clear_configuration(lab)
     objects.apply(lab, *datapath.configuration())
@@ -104,30 +100,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer trials: under a minute")
     args = parser.parse_args(argv)
-    began = time.monotonic()
-
-    def say(message: str) -> None:
-        print(f"[{time.monotonic() - began:6.1f}] {message}", file=sys.stderr, flush=True)
-
-    with network_lab.exclusive(waiting=say):
-        started = time.monotonic()
-        with network_lab.running(nodes=3) as lab:
-            say(f"lab up in {time.monotonic() - started:.1f} s")
-            measured = time.monotonic()
-            figures = measure(lab, args.quick, say)
-    print(
-        json.dumps(
-            {
-                "bench": "datapath",
-                "quick": args.quick,
-                "load_rate_per_s": datapath.LOAD_RATE,
-                **figures,
-                "measured_s": round(time.monotonic() - measured, 1),
-                "elapsed_s": round(time.monotonic() - started, 1),
-            }
-        )
+    session = Session(say_since(time.monotonic()))
+    with session.lab() as lab:
+        measured = time.monotonic()
+        figures = measure(lab, args.quick, session.say)
+    return session.report(
+        {
+            "bench": "datapath",
+            "quick": args.quick,
+            "load_rate_per_s": datapath.LOAD_RATE,
+            **figures,
+            "measured_s": round(time.monotonic() - measured, 1),
+            "elapsed_s": session.elapsed_s(),
+        }
     )
-    return 0
 
 
 if __name__ == "__main__":

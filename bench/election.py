@@ -11,20 +11,17 @@ speakers (most Nodes are kwok-like, as in bench/scale.py) and with every Node li
 Times are CPU time of this process (best of 3), in seconds per pass: `plan_first` with the
 owners remembered between passes forgotten (every candidate set changed), `plan` a pass after an
 unchanged one (the owners come from the memo).
-Usage: python bench/election.py [--quick]; the last line is one JSON object.
+Usage: python -m bench.election [--quick]; the last line is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import json
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ironlb import addresses, model, selectors
 from speaker import desired, election
@@ -156,10 +153,10 @@ def main() -> None:
     out["services"] = services
     for label, alive in (("few_alive", 3), ("all_alive", nodes)):
         snap = snapshot(nodes, services, alive)
-        first_s, _ = best_of(3, lambda snap=snap: plan(snap, forget=True))  # type: ignore[misc]
-        plan_s, planned = best_of(3, lambda snap=snap: plan(snap))  # type: ignore[misc]
-        base_s, based = best_of(3, lambda snap=snap: per_service(snap, definitional_eligible))  # type: ignore[misc]
-        before_s, before = best_of(3, lambda snap=snap: per_service(snap, naive_eligible))  # type: ignore[misc]
+        first_s, _ = best_of(3, functools.partial(plan, snap, forget=True))
+        plan_s, planned = best_of(3, functools.partial(plan, snap))
+        base_s, based = best_of(3, functools.partial(per_service, snap, definitional_eligible))
+        before_s, before = best_of(3, functools.partial(per_service, snap, naive_eligible))
         if not planned == based == before:
             raise SystemExit(f"{label}: owned addresses differ: {planned}, {based}, {before}")
         line = {

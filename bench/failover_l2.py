@@ -25,13 +25,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.figures import distribution
+from bench.session import Session
+from hack import deploy, objects, witness
+from hack import lab as network_lab
+from speaker import election
 
-from bench.figures import distribution  # noqa: E402
-from hack import deploy, objects, witness  # noqa: E402
-from hack import lab as network_lab  # noqa: E402
-from speaker import election  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 NS = "metallb-system"
 WATCH_EVERY_S = 0.01
@@ -173,20 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     trials = args.trials or (2 if args.quick else 20)
     baseline_trials = 1 if args.quick else max(5, trials // 4)
-
-    def say(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
-    with network_lab.exclusive(waiting=say):
-        started = time.monotonic()
-        with network_lab.running(nodes=3) as lab:
-            say(f"lab up in {time.monotonic() - started:.1f} s")
-            faults = {"kill": trials, "linkcut": trials, "graceful": trials}
-            ours = failovers(lab, "default", faults, say)
-            lab.kubectl("delete", "service", "bench", "-n", "default")
-            baseline = {"kill": baseline_trials, "linkcut": baseline_trials}
-            theirs = failovers(lab, "memberlist-lan", baseline, say)
-            latency = arp_latency(lab, 200 if args.quick else 1000)
+    session = Session()
+    with session.lab() as lab:
+        faults = {"kill": trials, "linkcut": trials, "graceful": trials}
+        ours = failovers(lab, "default", faults, session.say)
+        lab.kubectl("delete", "service", "bench", "-n", "default")
+        baseline = {"kill": baseline_trials, "linkcut": baseline_trials}
+        theirs = failovers(lab, "memberlist-lan", baseline, session.say)
+        latency = arp_latency(lab, 200 if args.quick else 1000)
     kill = distribution(ours["kill"])
     linkcut = distribution(ours["linkcut"])
     graceful = distribution(ours["graceful"])
@@ -221,10 +215,9 @@ def main(argv: list[str] | None = None) -> int:
             n - len(ours[f])
             for f, n in (("kill", trials), ("linkcut", trials), ("graceful", trials))
         ),
-        "elapsed_s": round(time.monotonic() - started, 1),
+        "elapsed_s": session.elapsed_s(),
     }
-    print(json.dumps(figures))
-    return 0
+    return session.report(figures)
 
 
 if __name__ == "__main__":

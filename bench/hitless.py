@@ -22,17 +22,13 @@ The last line printed is one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from hack import deploy, hitless, objects  # noqa: E402
-from hack import lab as network_lab  # noqa: E402
+from bench.session import Say, Session, say_since
+from hack import deploy, hitless, objects
+from hack import lab as network_lab
 
 
 def streams(report: dict[str, Any]) -> dict[str, Any]:
@@ -44,7 +40,7 @@ def streams(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def measure(lab: network_lab.Lab, outage_s: float, quick: bool, say: Any) -> dict[str, Any]:
+def measure(lab: network_lab.Lab, outage_s: float, quick: bool, say: Say) -> dict[str, Any]:
     hitless.clear_configuration(lab)
     objects.apply(lab, *hitless.configuration())
     figures: dict[str, Any] = {}
@@ -145,31 +141,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     outage_s = args.outage or (5.0 if args.quick else 60.0)
 
-    began = time.monotonic()
-
-    def say(message: str) -> None:
-        print(f"[{time.monotonic() - began:6.1f}] {message}", file=sys.stderr, flush=True)
-
-    with network_lab.exclusive(waiting=say):
-        started = time.monotonic()
-        with network_lab.running(nodes=3) as lab:
-            say(f"lab up in {time.monotonic() - started:.1f} s")
-            measured = time.monotonic()
-            figures = measure(lab, outage_s, args.quick, say)
-    print(
-        json.dumps(
-            {
-                "bench": "hitless",
-                "quick": args.quick,
-                "rate_per_s": hitless.RATE,
-                "streams_per_address": hitless.STREAMS,
-                **figures,
-                "measured_s": round(time.monotonic() - measured, 1),
-                "elapsed_s": round(time.monotonic() - started, 1),
-            }
-        )
+    session = Session(say_since(time.monotonic()))
+    with session.lab() as lab:
+        measured = time.monotonic()
+        figures = measure(lab, outage_s, args.quick, session.say)
+    return session.report(
+        {
+            "bench": "hitless",
+            "quick": args.quick,
+            "rate_per_s": hitless.RATE,
+            "streams_per_address": hitless.STREAMS,
+            **figures,
+            "measured_s": round(time.monotonic() - measured, 1),
+            "elapsed_s": session.elapsed_s(),
+        }
     )
-    return 0
 
 
 if __name__ == "__main__":

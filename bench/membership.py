@@ -49,10 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench import figures
 
-from bench import figures  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
 GONE = {"dead", "left"}

@@ -59,13 +59,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench import bgp as bgp_bench  # noqa: E402
-from hack import deploy, kwok, objects, processes  # noqa: E402
-from hack import lab as network_lab  # noqa: E402
-from ironlb_io import kube  # noqa: E402
+from bench import bgp as bgp_bench
+from bench.session import Session
+from hack import deploy, kwok, objects, processes
+from hack import lab as network_lab
+from ironlb_io import kube
 
 NS = "metallb-system"
 APP_NS = "bench-scale"
@@ -787,39 +785,30 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--nodes 1..5000, --services 1..20000, --pods 1..10, --groups 1..services")
     signal.signal(signal.SIGTERM, processes.interrupt)
     r: dict[str, Any] = {}
-    phases: dict[str, float] = {}
-    incomplete: str | None = None
-    began = time.monotonic()
+    session = Session(say)
     base = Path(tempfile.mkdtemp(prefix="ironlb-scale-"))
     try:
-        kwok.install()
-        policy = base / "audit-policy.json"
-        policy.write_text(json.dumps(AUDIT_POLICY))
-        with network_lab.exclusive(waiting=say):
-            began = time.monotonic()
-            with network_lab.running(nodes=3, directory=base, audit_policy=policy) as lab:
-                phases["lab_up"] = round(time.monotonic() - began, 1)
-                say(f"lab up in {phases['lab_up']} s")
+        with session.incomplete_on(
+            BenchError,
+            network_lab.LabError,
+            kwok.KwokError,
+            AssertionError,
+            KeyboardInterrupt,
+        ):
+            kwok.install()
+            policy = base / "audit-policy.json"
+            policy.write_text(json.dumps(AUDIT_POLICY))
+            with session.lab(directory=base, audit_policy=policy) as lab:
                 try:
-                    run(lab, sizes, r, phases)
+                    run(lab, sizes, r, session.phases)
                 finally:
                     if args.logs is not None:
                         shutil.copytree(lab.directory / "logs", args.logs, dirs_exist_ok=True)
                         with contextlib.suppress(FileNotFoundError):
                             shutil.copy(lab.directory / "bench-scale" / "kwok.log", args.logs)
-    except (
-        BenchError,
-        network_lab.LabError,
-        kwok.KwokError,
-        AssertionError,
-        KeyboardInterrupt,
-    ) as e:
-        incomplete = f"{type(e).__name__}: {e}"
-        say(f"incomplete: {incomplete}")
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print(json.dumps(summarise(sizes, r, phases, incomplete, began)))
-    return 0 if incomplete is None else 1
+    return session.report(summarise(sizes, r, session.phases, session.incomplete, session.started))
 
 
 def summarise(

@@ -42,20 +42,16 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import json
 import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench import bgp, failover_l2, figures  # noqa: E402
-from hack import (  # noqa: E402
+from bench import bgp, failover_l2, figures
+from bench.session import Session, say
+from hack import (
     conformance,
     conformance_cases,
     datapath,
@@ -65,7 +61,7 @@ from hack import (  # noqa: E402
     processes,
     witness,
 )
-from hack import lab as network_lab  # noqa: E402
+from hack import lab as network_lab
 
 SYSTEMS = ("ironlb", "metallb")
 FAULTS = ("kill", "linkcut", "graceful")
@@ -78,10 +74,6 @@ BULK_ADVERTISEMENT = "bench-bulk"
 
 class VersusError(Exception):
     pass
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # --- figures (pure) -------------------------------------------------------------------------------
@@ -124,8 +116,8 @@ def cost_figures(costs: Mapping[str, Mapping[str, int]]) -> dict[str, float | No
     return out
 
 
-def _number(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]
+def _number(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def pick_cases(spec: str, quick: bool) -> tuple[conformance.Case, ...]:
@@ -447,34 +439,27 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--trials must be 1..100 and --routes 1..40000")
     signal.signal(signal.SIGTERM, processes.interrupt)
     result = Run()
+    session = Session(say, result.phases)
     phase = functools.partial(figures.phase, result.phases)
-    incomplete: str | None = None
     build_s = 0.0
     cases: tuple[conformance.Case, ...] = ()
-    started = time.monotonic()
-    try:
-        cases = pick_cases(args.cases, args.quick)
-        began = time.monotonic()
-        metallb.ensure_built()  # before the lab: a cold build is not part of the quick run
-        build_s = time.monotonic() - began
-        with network_lab.exclusive(waiting=say):
-            started = time.monotonic()
-            with network_lab.running(nodes=3) as lab:
-                result.phases["lab_up"] = round(time.monotonic() - started, 1)
-                say(f"lab up in {result.phases['lab_up']} s")
-                run(lab, args, cases, result, phase)
-    except (
+    with session.incomplete_on(
         VersusError,
         metallb.MetalLBError,
         bgp.BenchError,
         network_lab.LabError,
         AssertionError,
         KeyboardInterrupt,
-    ) as e:
-        incomplete = f"{type(e).__name__}: {e}"
-        say(f"incomplete: {incomplete}")
-    print(json.dumps(summarise(args, result, cases, build_s, incomplete, started)))
-    return 0 if incomplete is None else 1
+    ):
+        cases = pick_cases(args.cases, args.quick)
+        began = time.monotonic()
+        metallb.ensure_built()  # before the lab: a cold build is not part of the quick run
+        build_s = time.monotonic() - began
+        with session.lab() as lab:
+            run(lab, args, cases, result, phase)
+    return session.report(
+        summarise(args, result, cases, build_s, session.incomplete, session.started)
+    )
 
 
 if __name__ == "__main__":
