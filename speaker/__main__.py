@@ -21,7 +21,7 @@ import sys
 
 from ironlb import datapath
 from ironlb_io import kube, logs
-from speaker import agent, appliers, datapath_probing, joining, seeds
+from speaker import agent, appliers, datapath_probing, joining, metrics, running, seeds
 from speaker.layer2 import interfaces
 from speaker.membership import config as membership_config
 
@@ -185,9 +185,9 @@ async def _run(args: argparse.Namespace, settings: joining.Settings | None) -> i
         check=datapath.Check(args.datapath_check),
         healthz_url=args.healthz_url,
         rate=args.datapath_probe_rate,
-        registry=agent.REGISTRY,
+        registry=metrics.REGISTRY,
     )
-    member = None if settings is None else joining.Membership(settings, agent.REGISTRY)
+    member = None if settings is None else joining.Membership(settings, metrics.REGISTRY)
     if member is not None:
         # Not ready until kube-proxy says so: the others must not elect us before that.
         member.set_metadata(prober.readiness().encode())
@@ -198,14 +198,14 @@ async def _run(args: argparse.Namespace, settings: joining.Settings | None) -> i
         None
         if args.no_layer2
         else await appliers.layer2(
-            agent.REGISTRY,
+            metrics.REGISTRY,
             appliers.layer2_excludes(args.excludel2_path),
             gratuitous_interval=args.gratuitous_arp_interval,
         )
     )
-    bgp = None if args.no_bgp else appliers.bgp(args.node_name, agent.REGISTRY)
+    bgp = None if args.no_bgp else appliers.bgp(args.node_name, metrics.REGISTRY)
     try:
-        return await agent.run(
+        return await running.run(
             options,
             layer2=layer2,
             bgp=bgp,

@@ -1,4 +1,4 @@
-"""The data planes behind the agent's two small interfaces (`agent.Layer2`, `agent.BGP`).
+"""The data planes behind the agent's two small interfaces (`speaker.planes`' `Layer2`, `BGP`).
 
 Kept apart from the agent so that the agent can be driven in tests with fakes, and so that a
 node that only does L2 never starts ExaBGP (sessions exist only for selected BGPPeers).

@@ -484,6 +484,8 @@ class Layer2:
         print(json.dumps({"owned": sorted(str(a) for a in owned)}), flush=True)
     def interfaces(self):
         return None
+    def conflicts(self):
+        return {}
     async def close(self):
         pass
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import prometheus_client
 
-from speaker import agent
+from speaker import metrics
 
 
 def _lines(registry: prometheus_client.CollectorRegistry) -> list[str]:
@@ -13,7 +13,7 @@ def _lines(registry: prometheus_client.CollectorRegistry) -> list[str]:
 
 
 def test_one_series_per_label_set_and_replaced_whole() -> None:
-    collector = agent._Announced()
+    collector = metrics.Announced()
     registry = prometheus_client.CollectorRegistry()
     registry.register(collector)
     assert _lines(registry) == []

@@ -42,13 +42,13 @@ class FakeBGP:
 
 
 async def settle(a: agent.Agent) -> None:
-    await asyncio.gather(*list(a._posting))
+    await asyncio.gather(*list(a.poster.posting))
 
 
 async def test_condition_and_one_event_per_new_finding_of_this_node() -> None:
     client, bgp = FakeClient(), FakeBGP()
     a = agent.Agent(agent.Options(node_name="node1"), client, bgp=bgp)  # type: ignore[arg-type]
-    a._status_quiet.set()
+    a.status_writer.quiet.set()
     a.store.put(model.BGP_PEER, None, PEER)
     config, problems = parsing.parse_config({model.BGP_PEER: [PEER]})
     assert problems == []
@@ -57,10 +57,10 @@ async def test_condition_and_one_event_per_new_finding_of_this_node() -> None:
     # The configuration's finding (which the applier repeats for its session) and one of this
     # node's own: both in the condition, an Event for this node's own only.
     bgp.problems = (vrf, SECRET_TOO_LONG)
-    a._judge_honoured(config)
+    a.honoured_reporter.judge(config, bgp.problems, ())
     await settle(a)
-    assert a._honoured == configuration_state.honoured([vrf, SECRET_TOO_LONG])
-    assert a._state_dirty.is_set()
+    assert a.state_writer.honoured == configuration_state.honoured([vrf, SECRET_TOO_LONG])
+    assert a.state_writer.dirty.is_set()
     ((path, event),) = client.created
     assert path == f"/api/v1/namespaces/{NS}/events"
     assert event["type"] == "Warning" and event["reason"] == "NotHonoured"
@@ -70,17 +70,20 @@ async def test_condition_and_one_event_per_new_finding_of_this_node() -> None:
     assert event["message"].startswith('on node "node1": spec.passwordSecret: not honoured: ')
 
     # The same again: nothing to write, nothing to post.
-    a._state_dirty.clear()
-    a._judge_honoured(config)
+    a.state_writer.dirty.clear()
+    a.honoured_reporter.judge(config, bgp.problems, ())
     await settle(a)
-    assert not a._state_dirty.is_set() and len(client.created) == 1
+    assert not a.state_writer.dirty.is_set() and len(client.created) == 1
 
     # Fixed on this node: the condition says so; it comes back: a new Event.
     bgp.problems = (vrf,)
-    a._judge_honoured(config)
-    assert a._honoured == configuration_state.honoured([vrf]) and a._state_dirty.is_set()
+    a.honoured_reporter.judge(config, bgp.problems, ())
+    assert (
+        a.state_writer.honoured == configuration_state.honoured([vrf])
+        and a.state_writer.dirty.is_set()
+    )
     bgp.problems = (SECRET_TOO_LONG,)
-    a._judge_honoured(config)
+    a.honoured_reporter.judge(config, bgp.problems, ())
     await settle(a)
     assert len(client.created) == 2
 
@@ -88,7 +91,7 @@ async def test_condition_and_one_event_per_new_finding_of_this_node() -> None:
 async def test_without_bgp_the_configuration_alone_is_judged() -> None:
     client = FakeClient()
     a = agent.Agent(agent.Options(node_name="node1"), client)  # type: ignore[arg-type]
-    a._judge_honoured(model.Config())
-    assert a._honoured is not None and a._honoured.status == "True"
+    a.honoured_reporter.judge(model.Config(), (), ())
+    assert a.state_writer.honoured is not None and a.state_writer.honoured.status == "True"
     await settle(a)
     assert client.created == []

@@ -1,12 +1,12 @@
-"""speaker.agent.pause_s: how long the loop waits before the next pass."""
+"""speaker.pacing.pause_s: how long the loop waits before the next pass."""
 
 from __future__ import annotations
 
 import pytest
 
-from speaker import agent
+from speaker import pacing
 
-D, M = agent.DEBOUNCE_S, agent.MAX_PAUSE_S
+D, M = pacing.DEBOUNCE_S, pacing.MAX_PAUSE_S
 
 
 @pytest.mark.parametrize(
@@ -27,4 +27,4 @@ D, M = agent.DEBOUNCE_S, agent.MAX_PAUSE_S
 def test_the_pause_counts_from_the_end_of_the_last_pass(
     busy_s: float, idle_s: float, want: float
 ) -> None:
-    assert agent.pause_s(busy_s, idle_s) == pytest.approx(want)
+    assert pacing.pause_s(busy_s, idle_s) == pytest.approx(want)

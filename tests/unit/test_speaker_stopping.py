@@ -13,11 +13,11 @@ import pytest
 
 from ironlb.problems import Problem
 from ironlb_io import kube, watching
-from speaker import agent
+from speaker import agent, metrics, running, status_writing
 
 
 class FakeClient:
-    """kube.Client's surface that `agent.run` uses when everything else is faked."""
+    """kube.Client's surface that `running.run` uses when everything else is faked."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
@@ -44,7 +44,7 @@ class FakeBGP:
 @pytest.fixture
 def unfrozen() -> Iterator[None]:
     yield
-    gc.unfreeze()  # agent.run freezes what it loaded: not this test process's objects
+    gc.unfreeze()  # running.run freezes what it loaded: not this test process's objects
 
 
 async def test_passes_and_the_status_writer_end_before_the_sessions_close(
@@ -64,7 +64,7 @@ async def test_passes_and_the_status_writer_end_before_the_sessions_close(
         finally:
             log.append("pass ended")
 
-    async def write_status(self: agent.Agent) -> None:
+    async def write_status(self: status_writing.StatusWriter) -> None:
         try:
             await asyncio.Event().wait()
         finally:
@@ -78,12 +78,32 @@ async def test_passes_and_the_status_writer_end_before_the_sessions_close(
     monkeypatch.setattr(kube, "Client", FakeClient)
     monkeypatch.setattr(agent.Agent, "load", load)
     monkeypatch.setattr(agent.Agent, "reconcile_once", reconcile_once)
-    monkeypatch.setattr(agent.Agent, "write_status", write_status)
+    monkeypatch.setattr(status_writing.StatusWriter, "run", write_status)
     monkeypatch.setattr(watching, "follow", follow)
 
     code = await asyncio.wait_for(
-        agent.run(agent.Options(node_name="n1", metrics_port=0), bgp=FakeBGP(log)), 5
+        running.run(agent.Options(node_name="n1", metrics_port=0), bgp=FakeBGP(log)), 5
     )
     assert code == 0
     assert sorted(log[:2]) == ["pass ended", "status writer ended"]
     assert log[2:] == ["bgp closed"]
+
+
+async def test_the_speaker_is_still_run_and_measured_under_its_old_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`agent.run` and `agent.REGISTRY`, which the integration tests use, are the process's
+    (`speaker.running`) and the metrics' (`speaker.metrics`)."""
+    calls: list[tuple[agent.Options, dict[str, Any]]] = []
+
+    async def run(options: agent.Options, **planes: Any) -> int:
+        calls.append((options, planes))
+        return 7
+
+    monkeypatch.setattr(running, "run", run)
+    options = agent.Options(node_name="n1", metrics_port=0)
+    bgp = FakeBGP([])
+    assert await agent.run(options, bgp=bgp) == 7
+    ((passed, planes),) = calls
+    assert passed is options and planes["bgp"] is bgp and planes["layer2"] is None
+    assert agent.REGISTRY is metrics.REGISTRY
