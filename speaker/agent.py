@@ -33,7 +33,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,9 +53,6 @@ from speaker.state_writing import ConfigurationStateWriter
 from speaker.status_writing import StatusWriter
 
 log = logging.getLogger(__name__)
-
-# Where the tests have always found the registry `/metrics` serves (`speaker.metrics`).
-REGISTRY = metrics.REGISTRY
 
 SLOW_PASS_S = 0.25  # a pass longer than this is logged
 # Status objects and Events wait (at most this long) until ExaBGP took the routes: on a busy
@@ -363,26 +360,3 @@ class Agent:
 
 
 _EMPTY_L2 = desired.L2Plan((), {}, {})
-
-
-async def run(
-    options: Options,
-    *,
-    layer2: Layer2 | None = None,
-    bgp: BGP | None = None,
-    membership: Membership | None = None,
-    prober: datapath_probing.Prober | None = None,
-    not_ready: Callable[[], Sequence[str]] = tuple,
-) -> int:
-    """The speaker process, `speaker.running.run`, where callers have always found it."""
-    # Imported here: `speaker.running` builds an Agent, so it imports this module.
-    from speaker import running
-
-    return await running.run(
-        options,
-        layer2=layer2,
-        bgp=bgp,
-        membership=membership,
-        prober=prober,
-        not_ready=not_ready,
-    )

@@ -24,7 +24,7 @@ from prometheus_client import parser
 
 from controller import allocator
 from controller import metrics as controller_metrics
-from speaker import agent
+from speaker import metrics as speaker_metrics
 from speaker.bgp import metrics as bgp_metrics
 from speaker.bgp import speaking
 from tests.integration import chart_support as cs
@@ -101,9 +101,8 @@ class _FakeSpeaker:
 def speaker_scrape() -> Samples:
     registry = prometheus_client.CollectorRegistry()
     registry.register(bgp_metrics.Collector(cast(speaking.Speaker, _FakeSpeaker())))
-    text = prometheus_client.generate_latest(agent.REGISTRY) + prometheus_client.generate_latest(
-        registry
-    )
+    agent_text = prometheus_client.generate_latest(speaker_metrics.REGISTRY)
+    text = agent_text + prometheus_client.generate_latest(registry)
     return scraped(text.decode())
 
 

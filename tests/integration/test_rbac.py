@@ -476,7 +476,7 @@ def test_controller_webhook_reads_configuration_and_secret_names(
 SPEAKER = """
 import asyncio, json, sys
 from ironlb_io import logs
-from speaker import agent
+from speaker import agent, running
 
 class Layer2:
     '''Records what this node would answer ARP/NDP for; opens no socket.'''
@@ -511,7 +511,7 @@ async def main(node, namespace, kubeconfig, pod_name):
         metrics_port=0,
         pod_name=pod_name,
     )
-    return await agent.run(options, layer2=Layer2(), membership=Alone(node))
+    return await running.run(options, layer2=Layer2(), membership=Alone(node))
 
 logs.configure_logging("info")
 sys.exit(asyncio.run(main(*sys.argv[1:5])))

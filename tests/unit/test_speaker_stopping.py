@@ -13,7 +13,7 @@ import pytest
 
 from ironlb.problems import Problem
 from ironlb_io import kube, watching
-from speaker import agent, metrics, running, status_writing
+from speaker import agent, running, status_writing
 
 
 class FakeClient:
@@ -87,23 +87,3 @@ async def test_passes_and_the_status_writer_end_before_the_sessions_close(
     assert code == 0
     assert sorted(log[:2]) == ["pass ended", "status writer ended"]
     assert log[2:] == ["bgp closed"]
-
-
-async def test_the_speaker_is_still_run_and_measured_under_its_old_names(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """`agent.run` and `agent.REGISTRY`, which the integration tests use, are the process's
-    (`speaker.running`) and the metrics' (`speaker.metrics`)."""
-    calls: list[tuple[agent.Options, dict[str, Any]]] = []
-
-    async def run(options: agent.Options, **planes: Any) -> int:
-        calls.append((options, planes))
-        return 7
-
-    monkeypatch.setattr(running, "run", run)
-    options = agent.Options(node_name="n1", metrics_port=0)
-    bgp = FakeBGP([])
-    assert await agent.run(options, bgp=bgp) == 7
-    ((passed, planes),) = calls
-    assert passed is options and planes["bgp"] is bgp and planes["layer2"] is None
-    assert agent.REGISTRY is metrics.REGISTRY
