@@ -34,7 +34,7 @@ from hack import lab as network_lab
 
 METALLB_NAMESPACE = objects.METALLB_NAMESPACE
 NAMESPACE_PREFIX = "cf-"
-MY_ASN = 64512  # the nodes' AS in every lab BGP test
+MY_ASN = objects.NODE_ASN  # the nodes' AS in every lab BGP test
 HOLD_TIME = "3s"  # no keepaliveTime: MetalLB's native BGP refuses one
 
 Manifest = dict[str, Any]
@@ -143,14 +143,7 @@ def bgp_advertisement(name: str, pools: Sequence[str], **spec: Any) -> Manifest:
 
 
 def peer(name: str, **spec: Any) -> Manifest:
-    body = {
-        "myASN": MY_ASN,
-        "peerASN": network_lab.TOR_ASN,
-        "peerAddress": str(network_lab.TOR_LAN_V4),
-        "holdTime": HOLD_TIME,
-        **spec,
-    }
-    return objects.metallb("BGPPeer", name, body, version="v1beta2")
+    return objects.tor_peer(name, hold_time=HOLD_TIME, **spec)
 
 
 def hostname(node: int) -> dict[str, Any]:

@@ -45,17 +45,7 @@ def configuration() -> list[dict[str, Any]]:
         objects.metallb("IPAddressPool", L2_POOL, {"addresses": L2_RANGES}),
         objects.metallb("L2Advertisement", L2_POOL, {"ipAddressPools": [L2_POOL]}),
         objects.metallb("IPAddressPool", BGP_POOL, {"addresses": BGP_RANGES, "autoAssign": False}),
-        objects.metallb(
-            "BGPPeer",
-            "datapath-tor",
-            {
-                "myASN": 64512,
-                "peerASN": network_lab.TOR_ASN,
-                "peerAddress": str(network_lab.TOR_LAN_V4),
-                "holdTime": "3s",
-            },
-            version="v1beta2",
-        ),
+        objects.tor_peer("datapath-tor", hold_time="3s"),
         objects.metallb("BGPAdvertisement", BGP_POOL, {"ipAddressPools": [BGP_POOL]}),
         objects.metallb(
             "IPAddressPool",

@@ -60,7 +60,6 @@ BGP_POOL = "demo-bgp"
 L2_SERVICE = "web"
 BGP_SERVICE = "web-bgp"
 PORT = 80
-NODE_ASN = 64512
 BGP_ENDPOINT_NODES = (1, 3)  # the BGP Service's backends: the ToR should route via these two
 CONTROLLER_METRICS_PORT = 7472
 SPEAKER_METRICS_PORT = 7473
@@ -198,16 +197,7 @@ def configuration() -> list[dict[str, Any]]:
             BGP_POOL,
             {"addresses": [str(network_lab.BGP_POOL_V4)], "autoAssign": False},
         ),
-        obj(
-            "BGPPeer",
-            "tor",
-            {
-                "myASN": NODE_ASN,
-                "peerASN": network_lab.TOR_ASN,
-                "peerAddress": str(network_lab.TOR_LAN_V4),
-            },
-            version="v1beta2",
-        ),
+        objects.tor_peer("tor"),
         obj("BGPAdvertisement", BGP_POOL, {"ipAddressPools": [BGP_POOL]}),
     ]
 
@@ -435,10 +425,9 @@ class Demo:
     def speaker_pid(self, index: int) -> int | None:
         """The speaker container's process on node `index` (host network: in the node's netns)."""
         for pid in network_lab._namespace_pids(network_lab.node_namespace(index)):
-            with contextlib.suppress(OSError):
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                if any(a.endswith(b"ironlb-speaker") for a in argv[:2]):
-                    return pid
+            argv = processes.argv(pid) or []
+            if any(a.endswith("ironlb-speaker") for a in argv[:2]):
+                return pid
         return None
 
     def configure(self) -> None:

@@ -193,9 +193,8 @@ def leftovers(lab: network_lab.Lab) -> list[int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
+        argv = processes.argv(int(entry.name))
+        if argv is None:
             continue
         if argv[1:3] in (["-m", "controller"], ["-m", "speaker"]) and any(
             a.startswith(inside) for a in argv

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hack import deploy, loadgen, objects, witness
+from hack import deploy, loadgen, objects, processes, witness
 from hack import lab as network_lab
 
 L2_POOL = "hitless-l2"
@@ -101,30 +101,13 @@ def configuration(graceful_restart: bool = False) -> list[dict[str, Any]]:
         objects.metallb("IPAddressPool", L2_POOL, {"addresses": L2_RANGES}),
         objects.metallb("L2Advertisement", L2_POOL, {"ipAddressPools": [L2_POOL]}),
         objects.metallb("IPAddressPool", BGP_POOL, {"addresses": BGP_RANGES, "autoAssign": False}),
-        objects.metallb(
-            "BGPPeer",
-            "hitless-tor",
-            {
-                "myASN": 64512,
-                "peerASN": network_lab.TOR_ASN,
-                "peerAddress": str(network_lab.TOR_LAN_V4),
-                "holdTime": "3s",
-                "enableGracefulRestart": graceful_restart,
-            },
-            version="v1beta2",
-        ),
+        objects.tor_peer("hitless-tor", hold_time="3s", enableGracefulRestart=graceful_restart),
         # Each session carries its own family (next hop: the node's address in it).
-        objects.metallb(
-            "BGPPeer",
+        objects.tor_peer(
             "hitless-tor6",
-            {
-                "myASN": 64512,
-                "peerASN": network_lab.TOR_ASN,
-                "peerAddress": str(network_lab.TOR_LAN_V6),
-                "holdTime": "3s",
-                "enableGracefulRestart": graceful_restart,
-            },
-            version="v1beta2",
+            peer_address=network_lab.TOR_LAN_V6,
+            hold_time="3s",
+            enableGracefulRestart=graceful_restart,
         ),
         objects.metallb("BGPAdvertisement", BGP_POOL, {"ipAddressPools": [BGP_POOL]}),
     ]
@@ -302,10 +285,8 @@ def exabgp_pids(deployment: deploy.Deployment, index: int) -> list[int]:
     for task in Path(f"/proc/{speaker.pid}/task").iterdir():
         with contextlib.suppress(OSError):
             for child in (task / "children").read_text().split():
-                with contextlib.suppress(OSError):
-                    argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-                    if any(b"exabgp" in arg for arg in argv):
-                        found.append(int(child))
+                if any("exabgp" in arg for arg in processes.argv(int(child)) or []):
+                    found.append(int(child))
     return sorted(found)
 
 

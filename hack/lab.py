@@ -839,8 +839,8 @@ class Lab:
         with contextlib.suppress(OSError, ValueError):
             pid = int((self._node_dir(index) / "podagent.pid").read_text())
             # The pid file outlives the agent, and a pid is given again: check it is the agent.
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if processes.alive(pid) and b"hack.podagent" in command:
+            argv = processes.argv(pid) or []
+            if processes.alive(pid) and any("hack.podagent" in a for a in argv):
                 return pid
         return None
 

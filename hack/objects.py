@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ipaddress
 import json
 import os
 import signal
@@ -33,6 +34,7 @@ HEALTH_PORT = 8081
 SERVICE_PORT = 80
 STREAM_PORT = 8082  # the echo's long-lived streams (`pod(..., stream=True)`), same on the Service
 METALLB_NAMESPACE = "metallb-system"
+NODE_ASN = 64512  # the nodes' AS in every lab BGP configuration (the ToR's: network_lab.TOR_ASN)
 WAIT_S = 60.0
 AGENT_LOG_LINES = 20  # of each concerned node's pod agent log, when backends are not settled
 MESSAGE_CHARS = 200  # of a condition's or a container state's message
@@ -120,14 +122,45 @@ def namespace(lab: network_lab.Lab, name: str) -> Iterator[str]:
 # --- MetalLB's configuration -------------------------------------------------------------------
 
 
-def metallb(kind: str, name: str, spec: dict[str, Any], version: str = "v1beta1") -> dict[str, Any]:
-    """A metallb.io object in metallb-system (BGPPeer is v1beta2)."""
+def metallb(
+    kind: str,
+    name: str,
+    spec: dict[str, Any],
+    version: str = "v1beta1",
+    *,
+    namespace: str = METALLB_NAMESPACE,
+) -> dict[str, Any]:
+    """A metallb.io object, in metallb-system unless told (BGPPeer is v1beta2)."""
     return {
         "apiVersion": f"metallb.io/{version}",
         "kind": kind,
-        "metadata": {"name": name, "namespace": METALLB_NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": spec,
     }
+
+
+def tor_peer(
+    name: str = "tor",
+    *,
+    my_asn: int = NODE_ASN,
+    peer_asn: int = network_lab.TOR_ASN,
+    peer_address: str | ipaddress.IPv4Address | ipaddress.IPv6Address = network_lab.TOR_LAN_V4,
+    hold_time: str | None = None,
+    namespace: str = METALLB_NAMESPACE,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A v1beta2 BGPPeer pointing the nodes at the lab's ToR (its IPv4 address unless told):
+    myASN, peerASN, peerAddress, holdTime when given (MetalLB's default otherwise), then any
+    other field of `spec` by its MetalLB name (enableGracefulRestart, bfdProfile, ebgpMultiHop,
+    nodeSelectors, ...), which may also replace the ones before it."""
+    body: dict[str, Any] = {
+        "myASN": my_asn,
+        "peerASN": peer_asn,
+        "peerAddress": str(peer_address),
+        **({} if hold_time is None else {"holdTime": hold_time}),
+        **spec,
+    }
+    return metallb("BGPPeer", name, body, version="v1beta2", namespace=namespace)
 
 
 def clear_configuration(lab: network_lab.Lab) -> None:

@@ -32,6 +32,20 @@ def alive(pid: int) -> bool:
         return False
 
 
+def argv(pid: int) -> list[str] | None:
+    """The arguments of running process `pid` as /proc/<pid>/cmdline gives them (undecodable
+    bytes replaced), or None when it is gone or unreadable. A kernel thread or a zombie has
+    none: [] for them."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    # Each argument ends with a NUL; a process that rewrote its command line may have dropped
+    # the last one.
+    return raw.removesuffix(b"\0").decode(errors="replace").split("\0") if raw else []
+
+
 def interrupt(signum: int, frame: FrameType | None) -> None:
     """A handler for SIGTERM (a `timeout`, a CI job cancelled): stop like Ctrl-C, so that the
     `finally` blocks stop what was started."""

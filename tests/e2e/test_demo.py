@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from hack import deploy, objects
+from hack import deploy, objects, processes
 from hack import lab as network_lab
 from ironlb import annotations as keys
 
@@ -86,10 +86,7 @@ def assert_cleaned_up(lab: network_lab.Lab | None) -> None:
 
 
 def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
+    return " ".join(processes.argv(pid) or [])
 
 
 def summary_value(output: str, key: str) -> str:

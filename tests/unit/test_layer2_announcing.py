@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from speaker.layer2 import announcing, gratuitous, interfaces, metrics, packets, responding
+from tests.unit import fake_interfaces
 
 MAC0 = packets.mac_bytes("02:00:0a:fa:00:0b")
 MAC1 = packets.mac_bytes("02:00:0a:fa:01:0b")
@@ -371,18 +372,7 @@ class OpenedPort(FakePort):
 
 
 def facts(name: str, index: int, *, up: bool = True) -> interfaces.InterfaceFacts:
-    return interfaces.InterfaceFacts(
-        name=name,
-        index=index,
-        mac=MAC0 if index == 2 else MAC1,
-        up=up,
-        broadcast=True,
-        noarp=False,
-        enslaved=False,
-        ethernet=True,
-        has_ipv4=True,
-        has_link_local=True,
-    )
+    return fake_interfaces.facts(name, index, MAC0 if index == 2 else MAC1, up=up)
 
 
 async def test_the_interfaces_answering_follow_each_scan() -> None:

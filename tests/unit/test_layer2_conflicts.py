@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from ironlb_io import logs
 from speaker.layer2 import announcing, conflicts, interfaces, metrics, packets, sockets
-from tests.unit import fuzzing
+from tests.unit import fake_interfaces, fuzzing
 
 MAC0 = packets.mac_bytes("02:00:0a:fa:00:0b")
 MAC1 = packets.mac_bytes("02:00:0a:fa:01:0b")
@@ -499,18 +499,7 @@ class QueuePort:
 async def test_layer2_announcer_reports_on_its_loop_and_expires_on_a_timer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    facts = interfaces.InterfaceFacts(
-        name="eth0",
-        index=2,
-        mac=MAC0,
-        up=True,
-        broadcast=True,
-        noarp=False,
-        enslaved=False,
-        ethernet=True,
-        has_ipv4=True,
-        has_link_local=True,
-    )
+    facts = fake_interfaces.facts("eth0", 2, MAC0)
     opened: list[QueuePort] = []
 
     def open_port(f: interfaces.InterfaceFacts, e: interfaces.Eligibility) -> QueuePort:

@@ -9,19 +9,9 @@ import pytest
 
 from speaker import appliers
 from speaker.layer2 import interfaces
+from tests.unit import fake_interfaces
 
-ETH0 = interfaces.InterfaceFacts(
-    name="eth0",
-    index=2,
-    mac=b"\x02\x00\x0a\xfa\x00\x0b",
-    up=True,
-    broadcast=True,
-    noarp=False,
-    enslaved=False,
-    ethernet=True,
-    has_ipv4=True,
-    has_link_local=True,
-)
+ETH0 = fake_interfaces.facts("eth0", 2)
 DEFAULT = interfaces.exclusion(interfaces.DEFAULT_EXCLUDE)
 
 
