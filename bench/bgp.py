@@ -703,17 +703,7 @@ def configure(lab: network_lab.Lab, trials: int, bfd_profile: bool = True) -> No
         lab,
         pool("bench", SMALL_POOL),
         pool("bench-bulk", BULK_NET),
-        {
-            "apiVersion": "metallb.io/v1beta2",
-            "kind": "BGPPeer",
-            "metadata": {"name": "tor", "namespace": NS},
-            "spec": {
-                "myASN": MY_ASN,
-                "peerASN": network_lab.TOR_ASN,
-                "peerAddress": str(network_lab.TOR_LAN_V4),
-                "holdTime": "3s",
-            },
-        },
+        objects.tor_peer("tor", my_asn=MY_ASN, namespace=NS, hold_time="3s"),
         *([profile] if bfd_profile else []),
         advertisement("bench", "bench"),
         *(service(APP_NS, f"s{i:03d}", "bench") for i in range(trials)),

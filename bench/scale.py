@@ -198,17 +198,7 @@ def configuration() -> list[dict[str, Any]]:
     exist yet: they are ignored until they do)."""
     return [
         objects.metallb("L2Advertisement", L2_POOL, {"ipAddressPools": [L2_POOL]}),
-        objects.metallb(
-            "BGPPeer",
-            "scale-tor",
-            {
-                "myASN": bgp_bench.MY_ASN,
-                "peerASN": network_lab.TOR_ASN,
-                "peerAddress": str(network_lab.TOR_LAN_V4),
-                "holdTime": "3s",
-            },
-            version="v1beta2",
-        ),
+        objects.tor_peer("scale-tor", my_asn=bgp_bench.MY_ASN, hold_time="3s"),
         objects.metallb("BGPAdvertisement", BGP_POOL, {"ipAddressPools": [BGP_POOL]}),
     ]
 

@@ -32,17 +32,7 @@ def deployment(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
                 "autoAssign": False,
             },
         },
-        {
-            "apiVersion": "metallb.io/v1beta2",
-            "kind": "BGPPeer",
-            "metadata": {"name": "tor", "namespace": NS},
-            "spec": {
-                "myASN": MY_ASN,
-                "peerASN": network_lab.TOR_ASN,
-                "peerAddress": str(network_lab.TOR_LAN_V4),
-                "holdTime": "3s",
-            },
-        },
+        objects.tor_peer("tor", my_asn=MY_ASN, hold_time="3s"),
         {
             "apiVersion": "metallb.io/v1beta1",
             "kind": "Community",

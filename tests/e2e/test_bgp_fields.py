@@ -101,7 +101,6 @@ def test_dual_stack_peer_carries_the_other_family(
     node, IPv4 and IPv6 sessions alike, as MetalLB's FRR configuration does for a dual-stack
     peer: nothing to change on the ToR."""
     pool = "dual-stack-peers"
-    peer = {"myASN": MY_ASN, "peerASN": network_lab.TOR_ASN, "holdTime": "3s"}
     with configured(
         lab,
         objects.metallb(
@@ -112,17 +111,18 @@ def test_dual_stack_peer_carries_the_other_family(
                 "autoAssign": False,
             },
         ),
-        objects.metallb(
-            "BGPPeer",
-            "dual-over-v4",
-            {**peer, "peerAddress": str(network_lab.TOR_LAN_V4), "dualStackAddressFamily": True},
-            version="v1beta2",
-        ),
-        objects.metallb(
-            "BGPPeer",
-            "dual-over-v6",
-            {**peer, "peerAddress": str(network_lab.TOR_LAN_V6), "dualStackAddressFamily": True},
-            version="v1beta2",
+        *(
+            objects.tor_peer(
+                name,
+                my_asn=MY_ASN,
+                peer_address=address,
+                hold_time="3s",
+                dualStackAddressFamily=True,
+            )
+            for name, address in (
+                ("dual-over-v4", network_lab.TOR_LAN_V4),
+                ("dual-over-v6", network_lab.TOR_LAN_V6),
+            )
         ),
         objects.metallb("BGPAdvertisement", pool, {"ipAddressPools": [pool]}),
     ):
@@ -223,14 +223,19 @@ def test_local_asn_is_the_remote_as_the_tor_sees(
     Without localASN the OPEN carries myASN, which that neighbor refuses."""
     node = str(lab.node_v4(1))
     pool = "local-asn"
-    peer = {
-        "myASN": MY_ASN,
-        "localASN": LOCAL_ASN,
-        "peerASN": network_lab.TOR_ASN,
-        "peerAddress": TOR_V4,
-        "holdTime": "3s",
-        "nodeSelectors": [{"matchLabels": {"kubernetes.io/hostname": lab.node_names[0]}}],
-    }
+    only_node1 = [{"matchLabels": {"kubernetes.io/hostname": lab.node_names[0]}}]
+
+    def peer(local_asn: int | None) -> dict[str, Any]:
+        extra: dict[str, Any] = {} if local_asn is None else {"localASN": local_asn}
+        return objects.tor_peer(
+            "tor-local-as",
+            my_asn=MY_ASN,
+            peer_address=TOR_V4,
+            hold_time="3s",
+            nodeSelectors=only_node1,
+            **extra,
+        )
+
     with (
         tor_neighbor(lab, node, LOCAL_ASN),
         configured(
@@ -240,7 +245,7 @@ def test_local_asn_is_the_remote_as_the_tor_sees(
                 pool,
                 {"addresses": [str(network_lab.BGP_POOL_V4)], "autoAssign": False},
             ),
-            objects.metallb("BGPPeer", "tor-local-as", peer, version="v1beta2"),
+            peer(LOCAL_ASN),
             objects.metallb("BGPAdvertisement", pool, {"ipAddressPools": [pool]}),
         ),
     ):
@@ -278,15 +283,7 @@ def test_local_asn_is_the_remote_as_the_tor_sees(
         )
 
         # Without localASN (kubectl apply drops it) the OPEN carries myASN: refused.
-        objects.apply(
-            lab,
-            objects.metallb(
-                "BGPPeer",
-                "tor-local-as",
-                {k: v for k, v in peer.items() if k != "localASN"},
-                version="v1beta2",
-            ),
-        )
+        objects.apply(lab, peer(None))
         objects.wait_until(
             f"{prefix} to leave the ToR's FIB",
             lambda: not witness.fib(lab, prefix) or objects.Missing("still routed"),

@@ -66,16 +66,7 @@ def cluster(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
         metallb("IPAddressPool", L2_POOL, {"addresses": [L2_RANGE]}),
         metallb("L2Advertisement", L2_POOL, {"ipAddressPools": [L2_POOL]}),
         metallb("IPAddressPool", BGP_POOL, {"addresses": [BGP_RANGE], "autoAssign": False}),
-        metallb(
-            "BGPPeer",
-            PEER,
-            {
-                "myASN": 64512,
-                "peerASN": network_lab.TOR_ASN,
-                "peerAddress": str(network_lab.TOR_LAN_V4),
-            },
-            version="v1beta2",
-        ),
+        objects.tor_peer(PEER),
         metallb("BGPAdvertisement", BGP_POOL, {"ipAddressPools": [BGP_POOL]}),
     )
     lab.kubectl("create", "namespace", APP)

@@ -36,17 +36,7 @@ def deployment(lab: network_lab.Lab) -> Iterator[deploy.Deployment]:
         objects.metallb("IPAddressPool", L2_POOL, {"addresses": L2_RANGES}),
         objects.metallb("L2Advertisement", L2_POOL, {"ipAddressPools": [L2_POOL]}),
         objects.metallb("IPAddressPool", BGP_POOL, {"addresses": BGP_RANGES, "autoAssign": False}),
-        objects.metallb(
-            "BGPPeer",
-            "policy-tor",
-            {
-                "myASN": 64512,
-                "peerASN": network_lab.TOR_ASN,
-                "peerAddress": str(network_lab.TOR_LAN_V4),
-                "holdTime": "3s",
-            },
-            version="v1beta2",
-        ),
+        objects.tor_peer("policy-tor", hold_time="3s"),
         objects.metallb("BGPAdvertisement", BGP_POOL, {"ipAddressPools": [BGP_POOL]}),
     )
     try:
