@@ -424,7 +424,7 @@ class Demo:
 
     def speaker_pid(self, index: int) -> int | None:
         """The speaker container's process on node `index` (host network: in the node's netns)."""
-        for pid in network_lab._namespace_pids(network_lab.node_namespace(index)):
+        for pid in network_lab.namespace_pids(network_lab.node_namespace(index)):
             argv = processes.argv(pid) or []
             if any(a.endswith("ironlb-speaker") for a in argv[:2]):
                 return pid
@@ -962,7 +962,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def prepare(console: Console, args: argparse.Namespace) -> Demo | None:
     if args.lab_dir is not None:
         marker = args.lab_dir / network_lab.MARKER
-        if not marker.exists() or network_lab.NS_TOR not in network_lab._namespaces():
+        if not marker.exists() or network_lab.NS_TOR not in network_lab.namespaces():
             console.line(f"error: no lab is up in {args.lab_dir} (hack/lab up --dir ...)")
             return None
         nodes = int(json.loads(marker.read_text())["nodes"])
@@ -980,7 +980,7 @@ def prepare(console: Console, args: argparse.Namespace) -> Demo | None:
         return Demo(console, lab, own_lab=False, keep=args.keep)
     lab = network_lab.Lab(nodes=3, kubelet_nodes=(1, 2, 3) if args.chart else ())
     lab.check_prerequisites()
-    if network_lab._lab_namespaces() or lab.directory.exists():
+    if network_lab.lab_namespaces() or lab.directory.exists():
         console.say(f"a lab is already up (or left behind) in {lab.directory}")
         if not console.ask("remove it and start afresh?"):
             return None

@@ -197,15 +197,17 @@ def _ip_batch(commands: Sequence[str], netns: str | None, what: str) -> None:
     _run(argv, what, input="\n".join(commands) + "\n")
 
 
-def _namespaces() -> list[str]:
+def namespaces() -> list[str]:
+    """Every named network namespace on this machine."""
     result = subprocess.run(["ip", "-j", "netns", "list"], capture_output=True, text=True)
     if result.returncode != 0 or not result.stdout.strip():
         return []
     return [entry["name"] for entry in json.loads(result.stdout)]
 
 
-def _lab_namespaces() -> list[str]:
-    return [n for n in _namespaces() if n.startswith(PREFIX)]
+def lab_namespaces() -> list[str]:
+    """The network namespaces a lab made (`ilb-*`), whoever's lab it was."""
+    return [n for n in namespaces() if n.startswith(PREFIX)]
 
 
 def _root_links() -> list[str]:
@@ -215,7 +217,8 @@ def _root_links() -> list[str]:
     return [entry["ifname"] for entry in json.loads(result.stdout) if "ifname" in entry]
 
 
-def _namespace_pids(ns: str) -> list[int]:
+def namespace_pids(ns: str) -> list[int]:
+    """The processes running in namespace `ns` (this one excepted)."""
     result = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
     return [int(p) for p in result.stdout.split() if p.isdigit() and int(p) != os.getpid()]
 
@@ -502,13 +505,13 @@ class Lab:
 
     def up(self) -> None:
         self.check_prerequisites()
-        existing = _lab_namespaces()
-        if existing and not any(_namespace_pids(ns) for ns in existing):
+        existing = lab_namespaces()
+        if existing and not any(namespace_pids(ns) for ns in existing):
             # A lab whose every process is gone (its session was killed: processes end, network
             # namespaces stay): nothing is using it, so it is removed rather than refused.
             log(f"removing the remains of a stopped lab: {', '.join(existing)}")
             self.down()
-            existing = _lab_namespaces()
+            existing = lab_namespaces()
         if existing:
             raise LabError(
                 f"a lab is already running (namespaces {', '.join(existing)}); "
@@ -1176,7 +1179,7 @@ class Lab:
                 process.wait(timeout=1)
         # The apiserver drains open watches before it exits: its clients in the node
         # namespaces (kube-proxy, pod agents, speakers) go first, so it stops at once.
-        clients = [pid for ns in _lab_namespaces() if ns != NS_CP for pid in _namespace_pids(ns)]
+        clients = [pid for ns in lab_namespaces() if ns != NS_CP for pid in namespace_pids(ns)]
         if clients:
             did = True
             _stop(clients)
@@ -1187,9 +1190,9 @@ class Lab:
                 self.cluster.down()
             except local_cluster.ClusterError as e:
                 problems.append(str(e))
-        namespaces = _lab_namespaces()
+        namespaces = lab_namespaces()
         # Every process left in a lab namespace is the lab's: FRR, speakers, test helpers.
-        pids = [pid for ns in namespaces for pid in _namespace_pids(ns)]
+        pids = [pid for ns in namespaces for pid in namespace_pids(ns)]
         if pids:
             did = True
             survivors = _stop(pids)
@@ -1204,7 +1207,7 @@ class Lab:
                 capture_output=True,
                 text=True,
             )
-            left = _lab_namespaces()
+            left = lab_namespaces()
             if result.returncode != 0 and left:
                 problems.append(f"could not delete namespaces {', '.join(left)}")
         for link in _root_links():
@@ -1252,7 +1255,7 @@ class Lab:
 
     def status(self) -> dict[str, list[int]]:
         """Lab namespaces and the pids running in each."""
-        return {ns: _namespace_pids(ns) for ns in _lab_namespaces()}
+        return {ns: namespace_pids(ns) for ns in lab_namespaces()}
 
 
 @contextlib.contextmanager
@@ -1354,7 +1357,7 @@ def main(argv: list[str] | None = None) -> int:
             command = args.args[1:] if args.args[:1] == ["--"] else args.args
             if not command:
                 raise LabError("usage: hack/lab exec NS -- CMD [ARG...]")
-            if namespace(args.ns) not in _namespaces():
+            if namespace(args.ns) not in namespaces():
                 raise LabError(f"no namespace {namespace(args.ns)}: run `hack/lab up`")
             os.execvp("ip", lab.argv(args.ns, *command))
     except LabError as e:

@@ -68,6 +68,6 @@ def test_the_chart_demo_runs_end_to_end(
     assert len([p for p in listed if "speaker" in p]) == 3, summary
     assert len([p for p in listed if "controller" in p]) == 1, summary
     # Everything the demo made is gone.
-    assert network_lab._lab_namespaces() == []
+    assert network_lab.lab_namespaces() == []
     assert not (network_lab.DEFAULT_DIR / network_lab.MARKER).exists()
     assert kubelet_node.node_cgroups() == []

@@ -64,7 +64,7 @@ def argv(lab: network_lab.Lab | None) -> list[str]:
 
 def assert_cleaned_up(lab: network_lab.Lab | None) -> None:
     if lab is None:
-        assert network_lab._lab_namespaces() == []
+        assert network_lab.lab_namespaces() == []
         assert not (network_lab.DEFAULT_DIR / network_lab.MARKER).exists()
         return
     pools = json.loads(lab.kubectl("get", "ipaddresspools", "-n", NS, "-o", "json"))["items"]
@@ -78,7 +78,7 @@ def assert_cleaned_up(lab: network_lab.Lab | None) -> None:
         "-l", f"{keys.STATUS_SERVICE_NAMESPACE}=demo",
     )  # fmt: skip
     assert statuses.strip() == ""
-    assert not any(ns.startswith("ilb-pod-") for ns in network_lab._lab_namespaces())
+    assert not any(ns.startswith("ilb-pod-") for ns in network_lab.lab_namespaces())
     for ns in lab.node_namespaces:
         # What the lab itself runs in a node stays; nothing of the demo's.
         left = [_cmdline(pid) for pid in lab.status()[ns]]
