@@ -2,11 +2,12 @@
 done Service by Service over every Node (how a pass computed it before the per-pass electorate).
 
 All compute the same owners (checked here; tests/unit/test_desired.py checks the candidates and
-scores): `per_service` is `election.eligible` and `election.scores` for every Service over every
-Node; `before` is the same with every Node's labels read before its liveness was checked (the
-code until this change); the plan reads the labels once per pass and shares the nodes an
-advertisement set selects between the Services using it. Measured with few live
-speakers (most Nodes are kwok-like, as in bench/scale.py) and with every Node live.
+scores): `per_service` is `desired.candidates` (`desired.node_verdict` node by node) and
+`election.scores` for every Service over every Node; `before` is the same with every Node's
+labels read before its liveness was checked (the code until this change); the plan reads the
+labels once per pass and shares the nodes an advertisement set selects between the Services
+using it. Measured with few live speakers (most Nodes are kwok-like, as in bench/scale.py) and
+with every Node live.
 
 Times are CPU time of this process (best of 3), in seconds per pass: `plan_first` with the
 owners remembered between passes forgotten (every candidate set changed), `plan` a pass after an
@@ -70,21 +71,20 @@ def snapshot(nodes: int, services: int, alive: int) -> desired.Snapshot:
 
 
 Eligible = Callable[
-    [desired.Snapshot, tuple[model.L2Advertisement, ...], frozenset[str]], frozenset[str]
+    [desired.Snapshot, desired.Service, tuple[model.L2Advertisement, ...], frozenset[str]],
+    frozenset[str],
 ]
 
 
 def definitional_eligible(
-    snap: desired.Snapshot, ads: tuple[model.L2Advertisement, ...], not_ready: frozenset[str]
+    snap: desired.Snapshot,
+    service: desired.Service,
+    ads: tuple[model.L2Advertisement, ...],
+    not_ready: frozenset[str],
 ) -> frozenset[str]:
-    """`election.eligible` over every Node (the definition the plan must agree with)."""
-    return election.eligible(
-        snap.nodes.values(),
-        snap.alive,
-        ads,
-        ignore_exclude_label=snap.ignore_exclude_lb,
-        not_ready=not_ready,
-    )
+    """`desired.candidates` over every Node (the definition the plan must agree with); it reads
+    the data path's readiness from the snapshot itself, so `not_ready` goes unused."""
+    return desired.candidates(snap, service, ads)
 
 
 def per_service(snap: desired.Snapshot, eligible: Eligible) -> int:
@@ -98,14 +98,17 @@ def per_service(snap: desired.Snapshot, eligible: Eligible) -> int:
             for ad in snap.config.l2_advertisements
             if ad.selects(POOL) and selectors.any_matches(ad.service_selectors, {})
         )
-        candidates = eligible(snap, ads, not_ready.for_service(service))
+        candidates = eligible(snap, service, ads, not_ready.for_service(service))
         scores = election.scores((snap.nodes[n] for n in candidates), ads)
         owners += election.owner(str(service.ips[0]), candidates, scores) is not None
     return owners
 
 
 def naive_eligible(
-    snap: desired.Snapshot, ads: tuple[model.L2Advertisement, ...], not_ready: frozenset[str]
+    snap: desired.Snapshot,
+    service: desired.Service,
+    ads: tuple[model.L2Advertisement, ...],
+    not_ready: frozenset[str],
 ) -> frozenset[str]:
     """The election before this round's change, kept as the baseline: every Node's labels read
     before anything else is checked, for every Service."""
@@ -114,7 +117,7 @@ def naive_eligible(
         labels = model.label_map(node.labels)
         if node.name not in snap.alive or node.network_unavailable:
             continue
-        if election.excluded(node, snap.ignore_exclude_lb) or node.drain is not None:
+        if desired.excluded(node, snap.ignore_exclude_lb) or node.drain is not None:
             continue
         if node.name in not_ready:
             continue

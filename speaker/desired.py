@@ -5,6 +5,12 @@ for L2, one owner per address; for BGP, every eligible node. The result is desir
 layer 2 and BGP appliers diff it against what they have applied. Decisions carry MetalLB's reason
 names (`notOwner`, `noMatchingAdvertisement`, ...) so logs and status read the same as MetalLB's.
 
+Both modes decide in one order: first what holds for the Service on every node (an address, a
+pool, an endpoint somewhere, advertisements that apply to it), then whether this node may carry
+it: `node_verdict`, the one walk of the node-level checks (`Check`), which layer 2 (its candidates
+and its reasons), BGP and `ironlb status --explain` share. A node failing several checks is told
+the first, the same in both modes.
+
 Where MetalLB elects per Service (hashing its first ingress address), we elect per address over the
 union of the candidates of every Service holding it: Services sharing an address then always have
 one owner, whatever their advertisements say. A Service's addresses are all elected by hashing
@@ -20,10 +26,12 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ironlb import addresses, datapath, model, selectors
+from ironlb import annotations as keys
 from speaker import election
 
 # Addresses whose elected node is remembered between passes (`_owner`).
@@ -149,7 +157,9 @@ class BGPService:
 @dataclass(frozen=True, slots=True)
 class BGPPlan:
     mine: tuple[BGPService, ...]
+    # Why this node does not announce a Service, and in words (which check failed).
     reasons: Mapping[str, Why] = field(default_factory=dict)
+    messages: Mapping[str, str] = field(default_factory=dict)
 
 
 # --- shared rules --------------------------------------------------------------------------------
@@ -202,6 +212,144 @@ def election_order(
     return election.order(str(address), candidates, scores)
 
 
+def excluded(node: Node, ignore_exclude_label: bool = False) -> bool:
+    """Labelled out of load balancing (unless the speaker runs with --ignore-exclude-lb)."""
+    labels = model.label_map(node.labels)
+    return keys.EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS in labels and not ignore_exclude_label
+
+
+# --- one node's verdict: the node-level checks, in one order, for both modes ---------------------
+
+
+class Mode(enum.StrEnum):
+    LAYER2 = "layer2"
+    BGP = "bgp"
+
+
+class Check(enum.Enum):
+    """The node-level checks, in the one order `node_verdict` walks them: a node failing several
+    is told the first, in both modes.
+
+    MetalLB's order where its source says (speaker's shouldAnnounce, for the node deciding about
+    itself: layer2_controller.go and bgp_controller.go both ask first whether an advertisement
+    of the pool selects the node; layer 2 then keeps the live speakers (speakersForPool), and
+    both drop a NetworkUnavailable node, then an excluded one; last the local endpoint of a
+    Local Service). Then ironlb's own: draining beside the Node's other conditions, and the data
+    path last (it gates what MetalLB would announce).
+    """
+
+    NODE_OBJECT = "nodeObject"  # notOwner: no Node object to read
+    SELECTED = "selected"  # an advertisement that applies to the Service selects the node
+    LIVE = "live"  # notOwner: layer 2 only, the speaker is a live member
+    NETWORK_UNAVAILABLE = "networkUnavailable"
+    EXCLUDED = "excluded"  # the exclude-from-external-load-balancers label, unless ignored
+    DRAINING = "draining"  # being deleted, tainted for deletion, cordoned when configured
+    LOCAL_ENDPOINT = "localEndpoint"  # Local Services: a ready endpoint on the node
+    KUBE_PROXY = "kubeProxy"  # the node's kube-proxy is healthy
+    KUBE_PROXY_LOCAL = "kubeProxyLocal"  # Local Services: kube-proxy serves the local endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class NodeVerdict:
+    """Why a node may not announce a Service: the check it failed first, in MetalLB's reason
+    name and in words (what `ironlb status --explain` prints)."""
+
+    check: Check
+    reason: Why
+    message: str
+
+
+class _Selecting(Protocol):
+    """An L2Advertisement or a BGPAdvertisement, as far as choosing nodes goes."""
+
+    @property
+    def node_selectors(self) -> tuple[selectors.LabelSelector, ...]: ...
+
+
+_NO_NODE = NodeVerdict(Check.NODE_OBJECT, Reason.NOT_OWNER, "no Node object for this node")
+# Not selected: layer 2 says noMatchingAdvertisement (ironlb's name, as for no advertisement at
+# all), BGP notOwner (MetalLB's, poolMatchesNodeBGP).
+_UNSELECTED: Mapping[Mode, NodeVerdict] = {
+    Mode.LAYER2: NodeVerdict(
+        Check.SELECTED,
+        Reason.NO_MATCHING_ADVERTISEMENT,
+        "no L2Advertisement of the pool selects this node",
+    ),
+    Mode.BGP: NodeVerdict(
+        Check.SELECTED, Reason.NOT_OWNER, "no BGPAdvertisement of the pool selects this node"
+    ),
+}
+_NOT_LIVE = NodeVerdict(Check.LIVE, Reason.NOT_OWNER, "this node's speaker is not a live member")
+_NETWORK_UNAVAILABLE = NodeVerdict(
+    Check.NETWORK_UNAVAILABLE,
+    Reason.NODE_NETWORK_UNAVAILABLE,
+    "the Node's NetworkUnavailable condition is True",
+)
+_EXCLUDED = NodeVerdict(
+    Check.EXCLUDED,
+    Reason.NODE_EXCLUDED,
+    "the Node is labelled exclude-from-external-load-balancers",
+)
+_NO_LOCAL_ENDPOINT = NodeVerdict(
+    Check.LOCAL_ENDPOINT, Reason.NO_LOCAL_ENDPOINTS, "no ready endpoint on this node"
+)
+_KUBE_PROXY_DOWN = NodeVerdict(
+    Check.KUBE_PROXY,
+    datapath.Reason.KUBE_PROXY_NOT_READY,
+    "kube-proxy is not healthy on this node",
+)
+_KUBE_PROXY_LAGS = NodeVerdict(
+    Check.KUBE_PROXY_LOCAL,
+    datapath.Reason.KUBE_PROXY_NO_LOCAL_ENDPOINTS,
+    "kube-proxy's healthCheckNodePort reports no local endpoint yet",
+)
+
+
+def node_verdict(
+    snapshot: Snapshot, service: Service, me: str, ads: Iterable[_Selecting], mode: Mode
+) -> NodeVerdict | None:
+    """Why node `me` may not announce `service` in this mode (None: it may), in `Check` order.
+
+    `ads` are the advertisements that apply to the Service (its pool, its labels): whether there
+    are any is the Service's question, asked before this one, as are its address, its pool and
+    its endpoints anywhere. A node without a verdict on its data path counts as ready.
+    """
+    node = snapshot.nodes.get(me)
+    if node is None:
+        return _NO_NODE
+    labels = model.label_map(node.labels)
+    if not any(selectors.any_matches(ad.node_selectors, labels) for ad in ads):
+        return _UNSELECTED[mode]
+    own = _own_verdict(snapshot, node, mode)
+    if own is not None:
+        return own
+    if service.local and me not in endpoint_nodes(service):
+        return _NO_LOCAL_ENDPOINT
+    readiness = snapshot.readiness.get(me)
+    if readiness is None:
+        return None
+    if not readiness.proxy_ready:
+        return _KUBE_PROXY_DOWN
+    if service.local and service.key in readiness.unready_local:
+        return _KUBE_PROXY_LAGS
+    return None
+
+
+def _own_verdict(snapshot: Snapshot, node: Node, mode: Mode) -> NodeVerdict | None:
+    """`node_verdict`'s checks of the node alone, whatever the Service (Check.LIVE to
+    Check.DRAINING, in that order); the layer 2 electorate filters a pass's nodes with them
+    once. Liveness counts in layer 2 only: BGP is each node's own decision."""
+    if mode is Mode.LAYER2 and node.name not in snapshot.alive:
+        return _NOT_LIVE
+    if node.network_unavailable:
+        return _NETWORK_UNAVAILABLE
+    if excluded(node, snapshot.ignore_exclude_lb):
+        return _EXCLUDED
+    if node.drain is not None:
+        return NodeVerdict(Check.DRAINING, node.drain.reason, node.drain.message)
+    return None
+
+
 # --- layer 2 --------------------------------------------------------------------------------------
 
 
@@ -210,7 +358,6 @@ class _L2Candidacy:
     candidates: frozenset[str]
     scores: Mapping[str, int]
     ads: tuple[model.L2Advertisement, ...]
-    not_ready: frozenset[str]
 
 
 class _Electorate:
@@ -218,12 +365,17 @@ class _Electorate:
     advertisements the nodes it selects and their preference scores.
 
     Services share a few sets of advertisements, so a pass costs (distinct sets x Nodes) +
-    (Services x candidates) instead of reading every Node's labels for every Service.
+    (Services x candidates) instead of reading every Node's labels for every Service. The
+    candidates are `node_verdict`'s (`candidates` over every Node), its checks applied to sets.
     """
 
     def __init__(self, snapshot: Snapshot) -> None:
-        self._usable = election.usable(
-            snapshot.nodes.values(), snapshot.alive, snapshot.ignore_exclude_lb
+        # The node's own checks, liveness first: at 1,000 Nodes with a handful of live speakers,
+        # reading every Node's labels for every Service was most of a pass.
+        self._usable = tuple(
+            (node, model.label_map(node.labels))
+            for node in snapshot.nodes.values()
+            if _own_verdict(snapshot, node, Mode.LAYER2) is None
         )
         # Keyed by the advertisements' identities: they live in snapshot.config for the pass.
         self._by_ads: dict[tuple[int, ...], tuple[frozenset[str], Mapping[str, int]]] = {}
@@ -240,11 +392,12 @@ class _Electorate:
         key = tuple(id(ad) for ad in ads)
         selected = self._by_ads.get(key)
         if selected is None:
-            names = election.selected(self._usable, ads)
-            selected = (
-                names,
-                election.scores_of([u for u in self._usable if u[0].name in names], ads),
-            )
+            chosen = [
+                (node, labels)
+                for node, labels in self._usable
+                if any(selectors.any_matches(ad.node_selectors, labels) for ad in ads)
+            ]
+            selected = (frozenset(node.name for node, _ in chosen), election.scores_of(chosen, ads))
             self._by_ads[key] = selected
         if unready.isdisjoint(selected[0]):
             return selected
@@ -256,6 +409,17 @@ class _Electorate:
         return found
 
 
+def _l2_ads(
+    snapshot: Snapshot, service: Service, pool: model.IPAddressPool
+) -> tuple[model.L2Advertisement, ...]:
+    """The L2Advertisements that apply to a Service: they select its pool and its labels."""
+    return tuple(
+        ad
+        for ad in snapshot.config.l2_advertisements
+        if ad.selects(pool) and _service_matches(ad.service_selectors, service)
+    )
+
+
 def _l2_candidacy(
     snapshot: Snapshot,
     service: Service,
@@ -263,19 +427,16 @@ def _l2_candidacy(
     not_ready: _NotReady,
     electorate: _Electorate,
 ) -> _L2Candidacy | Reason:
-    """The nodes that may announce this Service's addresses, or why nobody may (the same
-    answer as `election.eligible` and `election.scores` over every Node)."""
+    """The nodes that may announce this Service's addresses (the same answer as `candidates`,
+    and `election.scores` over them), or why nobody may: the Service's own checks."""
     if not can_serve(service):
         return Reason.NO_ENDPOINTS
-    ads = tuple(
-        ad
-        for ad in snapshot.config.l2_advertisements
-        if ad.selects(pool) and _service_matches(ad.service_selectors, service)
-    )
+    ads = _l2_ads(snapshot, service, pool)
     if service.shares and any(ad.service_selectors for ad in ads):
         return Reason.SHARED_IP_WITH_SERVICE_SELECTOR
     if not ads:
         return Reason.NO_MATCHING_ADVERTISEMENT
+    # `node_verdict`'s data-path checks over the pass's readiness, gathered once.
     unready = not_ready.for_service(service)
     # Shared between the Services with the same advertisements and unready nodes: no copy per
     # Service, and few distinct sets in the election's memo (`_owner`).
@@ -283,42 +444,20 @@ def _l2_candidacy(
     if service.local:
         candidates = candidates & endpoint_nodes(service)
         scores = {n: v for n, v in scores.items() if n in candidates}
-    return _L2Candidacy(candidates, scores, ads, unready)
+    return _L2Candidacy(candidates, scores, ads)
 
 
-def _why_not_candidate(
-    snapshot: Snapshot,
-    service: Service,
-    me: str,
-    ads: Iterable[model.L2Advertisement],
-    not_ready: frozenset[str],
-) -> tuple[Why, str] | None:
-    """Why this node is not among a Service's L2 candidates (None: it is one), in the order
-    a reader would check: the Node, the configuration, the endpoints, the data path."""
-    node = snapshot.nodes.get(me)
-    if node is None:
-        return Reason.NOT_OWNER, "no Node object for this node"
-    if me not in snapshot.alive:
-        return Reason.NOT_OWNER, "this node's speaker is not a live member"
-    if node.network_unavailable:
-        return Reason.NODE_NETWORK_UNAVAILABLE, "the Node's NetworkUnavailable condition is True"
-    if election.excluded(node, snapshot.ignore_exclude_lb):
-        return Reason.NODE_EXCLUDED, "the Node is labelled exclude-from-external-load-balancers"
-    if node.drain is not None:
-        return node.drain.reason, node.drain.message
-    if not any(_selects_node(ad.node_selectors, node) for ad in ads):
-        return Reason.NO_MATCHING_ADVERTISEMENT, "no L2Advertisement of the pool selects this node"
-    if service.local and me not in endpoint_nodes(service):
-        return Reason.NO_LOCAL_ENDPOINTS, "no ready endpoint on this node"
-    if me in not_ready:
-        readiness = snapshot.readiness.get(me)
-        if readiness is not None and not readiness.proxy_ready:
-            return datapath.Reason.KUBE_PROXY_NOT_READY, "kube-proxy is not healthy on this node"
-        return (
-            datapath.Reason.KUBE_PROXY_NO_LOCAL_ENDPOINTS,
-            "kube-proxy's healthCheckNodePort reports no local endpoint yet",
-        )
-    return None
+def candidates(
+    snapshot: Snapshot, service: Service, ads: Sequence[model.L2Advertisement]
+) -> frozenset[str]:
+    """The nodes that may announce a Service in layer 2, given the advertisements that apply
+    to it: `node_verdict` asked node by node. The definition; a pass computes the same sets
+    faster (`_Electorate`)."""
+    return frozenset(
+        name
+        for name in snapshot.nodes
+        if node_verdict(snapshot, service, name, ads, Mode.LAYER2) is None
+    )
 
 
 _NO_CANDIDACY_MESSAGES: Mapping[Reason, str] = {
@@ -360,21 +499,18 @@ def _owner(
     return election.owner(address, candidates, dict(scores))
 
 
-def l2_plan(
-    snapshot: Snapshot, me: model.NodeName, interfaces: frozenset[str] | None = None
-) -> L2Plan:
-    """Which addresses this node answers for, and why not for the others. `interfaces` are
-    this node's interfaces that answer ARP/NDP (None: not known, every advertisement's
-    interface list is taken as met)."""
-    reasons: dict[str, Why] = {}
-    messages: dict[str, str] = {}
+# address -> ([(service, candidacy)], election keys) of the Services holding it.
+_Holders = dict[
+    addresses.IPAddress, tuple[list[tuple[Service, _L2Candidacy]], set[addresses.IPAddress]]
+]
+
+
+def _l2_holders(snapshot: Snapshot, reasons: dict[str, Why], messages: dict[str, str]) -> _Holders:
+    """Each address's Services that some node may announce, with their candidacies; the
+    others' reasons (the Service's own checks) go into `reasons` and `messages`."""
     not_ready = snapshot.not_ready()
     electorate = _Electorate(snapshot)
-    # address -> ([(service, candidacy)], election keys) of the Services holding it.
-    per_address: dict[
-        addresses.IPAddress,
-        tuple[list[tuple[Service, _L2Candidacy]], set[addresses.IPAddress]],
-    ] = {}
+    per_address: _Holders = {}
     for service in snapshot.services:
         candidacy: _L2Candidacy | Reason
         if not service.ips:
@@ -395,6 +531,40 @@ def l2_plan(
             # MetalLB hashes a Service's first address for all of them: a dual-stack Service
             # is announced by one node in both families.
             keys.add(service.ips[0])
+    return per_address
+
+
+def _why_not_mine(
+    snapshot: Snapshot,
+    me: str,
+    owner: str | None,
+    holders: Iterable[tuple[Service, _L2Candidacy]],
+    reasons: dict[str, Why],
+    messages: dict[str, str],
+) -> None:
+    """Why this node does not announce an address's Services (those without a reason yet):
+    the first node-level check it fails (`node_verdict`), else another node is elected."""
+    for service, candidacy in holders:
+        if service.key in reasons:
+            continue
+        why = node_verdict(snapshot, service, me, candidacy.ads, Mode.LAYER2)
+        if why is not None:
+            reasons[service.key], messages[service.key] = why.reason, why.message
+        else:
+            reasons[service.key] = Reason.NOT_OWNER
+            messages[service.key] = f"{owner} is elected" if owner else "no node is eligible"
+
+
+def l2_plan(
+    snapshot: Snapshot, me: model.NodeName, interfaces: frozenset[str] | None = None
+) -> L2Plan:
+    """Which addresses this node answers for, and why not for the others. `interfaces` are
+    this node's interfaces that answer ARP/NDP (None: not known, every advertisement's
+    interface list is taken as met)."""
+    reasons: dict[str, Why] = {}
+    messages: dict[str, str] = {}
+    per_address = _l2_holders(snapshot, reasons, messages)
+    node = snapshot.nodes.get(me)
     owners: dict[addresses.IPAddress, str | None] = {}
     mine: list[L2Address] = []
     unannounceable: list[L2Address] = []
@@ -406,18 +576,8 @@ def l2_plan(
         # same on every node, so an address always has one owner.
         owner = _owner(str(min(keys, key=_address_order)), cands, tuple(sorted(scores.items())))
         owners[ip] = owner
-        node = snapshot.nodes.get(me)
         if owner != me or node is None:
-            for service, candidacy in holders:
-                if service.key in reasons:
-                    continue
-                why = _why_not_candidate(snapshot, service, me, candidacy.ads, candidacy.not_ready)
-                if why is None:
-                    why = (
-                        Reason.NOT_OWNER,
-                        f"{owner} is elected" if owner else "no node is eligible",
-                    )
-                reasons[service.key], messages[service.key] = why
+            _why_not_mine(snapshot, me, owner, holders, reasons, messages)
             continue
         my_ads = [
             ad
@@ -494,66 +654,76 @@ def _conflicting(ads: tuple[model.BGPAdvertisement, ...], service: Service) -> b
     return False
 
 
+_BGP_MESSAGES: Mapping[Reason, str] = {
+    Reason.NO_IP_ALLOCATED: "the Service has no address",
+    Reason.IP_NOT_ALLOWED: "no pool holds the Service's addresses",
+    Reason.NO_ENDPOINTS: "no ready or serving endpoint anywhere",
+    Reason.NO_MATCHING_ADVERTISEMENT: "no BGPAdvertisement selects this Service",
+    Reason.CONFLICTING_ADVERTISEMENTS: "advertisements disagree on localPref",
+}
+
+
+def _bgp_verdict(
+    snapshot: Snapshot,
+    service: Service,
+    me: model.NodeName,
+    per_pool: dict[str, tuple[model.BGPAdvertisement, ...]] | None,
+) -> tuple[model.BGPAdvertisement, ...] | Reason | NodeVerdict:
+    """`bgp_decision`, with the node-level verdict whole (its message)."""
+    if not service.ips:
+        return Reason.NO_IP_ALLOCATED
+    pool = pool_of(snapshot.config, service.ips)
+    if pool is None:
+        return Reason.IP_NOT_ALLOWED
+    if not can_serve(service):
+        return Reason.NO_ENDPOINTS
+    of_pool = None if per_pool is None else per_pool.get(pool.name)
+    if of_pool is None:
+        of_pool = tuple(ad for ad in snapshot.config.bgp_advertisements if ad.selects(pool))
+        if per_pool is not None:
+            per_pool[pool.name] = of_pool
+    labels = model.label_map(service.labels)
+    ads = tuple(ad for ad in of_pool if selectors.any_matches(ad.service_selectors, labels))
+    if not ads:
+        return Reason.NO_MATCHING_ADVERTISEMENT
+    node = snapshot.nodes.get(me)
+    here: tuple[model.BGPAdvertisement, ...] = ()
+    if node is not None:
+        mine = model.label_map(node.labels)
+        here = tuple(ad for ad in ads if selectors.any_matches(ad.node_selectors, mine))
+    if _conflicting(here, service):
+        return Reason.CONFLICTING_ADVERTISEMENTS
+    verdict = node_verdict(snapshot, service, me, ads, Mode.BGP)
+    return here if verdict is None else verdict
+
+
 def bgp_decision(
     snapshot: Snapshot,
     service: Service,
     me: model.NodeName,
     per_pool: dict[str, tuple[model.BGPAdvertisement, ...]] | None = None,
 ) -> tuple[model.BGPAdvertisement, ...] | Why:
-    """The advertisements under which this node announces the Service, or why it does not.
+    """The advertisements under which this node announces the Service, or why it does not:
+    the Service's own checks (an address, a pool, an endpoint anywhere, a BGPAdvertisement
+    that applies to it, no two of those here in conflict), then this node's (`node_verdict`).
 
-    `per_pool` remembers, across the calls of one pass, which advertisements select each pool
-    and this node: the same for every Service of the pool."""
-    if not service.ips:
-        return Reason.NO_IP_ALLOCATED
-    pool = pool_of(snapshot.config, service.ips)
-    if pool is None:
-        return Reason.IP_NOT_ALLOWED
-    node = snapshot.nodes.get(me)
-    if node is None:
-        return Reason.NOT_OWNER
-    on_me = None if per_pool is None else per_pool.get(pool.name)
-    if on_me is None:
-        on_me = tuple(
-            ad
-            for ad in snapshot.config.bgp_advertisements
-            if ad.selects(pool) and _selects_node(ad.node_selectors, node)
-        )
-        if per_pool is not None:
-            per_pool[pool.name] = on_me
-    if not on_me:
-        return Reason.NOT_OWNER
-    ads = tuple(ad for ad in on_me if _service_matches(ad.service_selectors, service))
-    if not ads:
-        return Reason.NO_MATCHING_ADVERTISEMENT
-    if _conflicting(ads, service):
-        return Reason.CONFLICTING_ADVERTISEMENTS
-    if node.network_unavailable:
-        return Reason.NODE_NETWORK_UNAVAILABLE
-    if election.excluded(node, snapshot.ignore_exclude_lb):
-        return Reason.NODE_EXCLUDED
-    if node.drain is not None:
-        return node.drain.reason
-    readiness = snapshot.readiness.get(me)
-    if readiness is not None and not readiness.proxy_ready:
-        return datapath.Reason.KUBE_PROXY_NOT_READY
-    if service.local and me not in endpoint_nodes(service):
-        return Reason.NO_LOCAL_ENDPOINTS
-    if not can_serve(service):
-        return Reason.NO_ENDPOINTS
-    if service.local and readiness is not None and service.key in readiness.unready_local:
-        return datapath.Reason.KUBE_PROXY_NO_LOCAL_ENDPOINTS
-    return ads
+    `per_pool` remembers, across the calls of one pass, which advertisements select each pool:
+    the same for every Service of the pool."""
+    found = _bgp_verdict(snapshot, service, me, per_pool)
+    return found.reason if isinstance(found, NodeVerdict) else found
 
 
 def bgp_plan(snapshot: Snapshot, me: model.NodeName) -> BGPPlan:
     mine: list[BGPService] = []
     reasons: dict[str, Why] = {}
+    messages: dict[str, str] = {}
     per_pool: dict[str, tuple[model.BGPAdvertisement, ...]] = {}
     for service in snapshot.services:
-        decision = bgp_decision(snapshot, service, me, per_pool)
-        if isinstance(decision, (Reason, datapath.Reason)):
-            reasons[service.key] = decision
+        found = _bgp_verdict(snapshot, service, me, per_pool)
+        if isinstance(found, NodeVerdict):
+            reasons[service.key], messages[service.key] = found.reason, found.message
+        elif isinstance(found, Reason):
+            reasons[service.key], messages[service.key] = found, _BGP_MESSAGES[found]
         else:
-            mine.append(BGPService(service.key, service.ips, decision))
-    return BGPPlan(tuple(mine), reasons)
+            mine.append(BGPService(service.key, service.ips, found))
+    return BGPPlan(tuple(mine), reasons, messages)

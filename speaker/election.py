@@ -7,12 +7,9 @@ canonically (as Go prints it) so that "10.0.0.01"-style spellings and IPv6 case 
 vote. Hashing per (node, address) spreads addresses over nodes and moves only the addresses of a
 node that disappears. Services sharing an address must call this once per address.
 
-Eligibility (design.md, metallb-behaviour.md §4.1 step 5-6): a live speaker, not
-NetworkUnavailable, not labelled exclude-from-external-load-balancers, selected by some
-L2Advertisement that applies, and for `externalTrafficPolicy: Local` hosting a serving endpoint;
-and, beyond MetalLB, not draining (being deleted, tainted for deletion, cordoned when configured)
-and with a data path that is ready (`ironlb.datapath`: its kube-proxy is healthy, and for a
-Local Service reports the local endpoint).
+This module only orders the candidates. Which nodes are candidates (a live speaker, not
+NetworkUnavailable, not excluded, selected by an advertisement, ...) is `speaker.desired`'s
+`node_verdict`, the one walk that layer 2, BGP and `--explain` share.
 Liveness comes from membership; without it, from the Node Ready condition (`ready_nodes`).
 """
 
@@ -22,8 +19,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ironlb import addresses, datapath, model
-from ironlb import annotations as keys
+from ironlb import addresses, datapath, model, selectors
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,67 +60,6 @@ def owner(
     return ranked[0] if ranked else None
 
 
-def _selected(ad: model.L2Advertisement, labels: Mapping[str, str]) -> bool:
-    return not ad.node_selectors or any(s.matches(labels) for s in ad.node_selectors)
-
-
-def excluded(node: NodeInfo, ignore_exclude_label: bool = False) -> bool:
-    """Labelled out of load balancing (unless the speaker runs with --ignore-exclude-lb); the
-    one rule for both modes."""
-    labels = model.label_map(node.labels)
-    return keys.EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS in labels and not ignore_exclude_label
-
-
-def usable(
-    nodes: Iterable[NodeInfo], alive: frozenset[str], ignore_exclude_label: bool = False
-) -> tuple[tuple[NodeInfo, Mapping[str, str]], ...]:
-    """The nodes that pass every check of their own (a live speaker, not NetworkUnavailable,
-    not excluded, not leaving), each with its labels read once.
-
-    The cheap checks come before the labels are read: at 1,000 Nodes with a handful of live
-    speakers, reading every Node's labels for every Service was most of a pass.
-    """
-    out: list[tuple[NodeInfo, Mapping[str, str]]] = []
-    for node in nodes:
-        if node.name not in alive or node.network_unavailable or node.drain is not None:
-            continue
-        if excluded(node, ignore_exclude_label):
-            continue
-        out.append((node, model.label_map(node.labels)))
-    return tuple(out)
-
-
-def selected(
-    usable_nodes: Iterable[tuple[NodeInfo, Mapping[str, str]]],
-    ads: Sequence[model.L2Advertisement],
-) -> frozenset[str]:
-    """The usable nodes some of these advertisements select."""
-    return frozenset(
-        node.name for node, labels in usable_nodes if any(_selected(ad, labels) for ad in ads)
-    )
-
-
-def eligible(
-    nodes: Iterable[NodeInfo],
-    alive: frozenset[str],
-    ads: Sequence[model.L2Advertisement],
-    *,
-    endpoint_nodes: frozenset[str] | None = None,
-    ignore_exclude_label: bool = False,
-    not_ready: frozenset[str] = frozenset(),
-) -> frozenset[str]:
-    """Names of the nodes that may announce a service's address.
-
-    ads are the L2Advertisements that apply to the service (its pool, its labels);
-    endpoint_nodes, for externalTrafficPolicy Local, the nodes hosting a serving endpoint;
-    not_ready, the nodes whose data path (kube-proxy) is not ready for this service.
-    """
-    out = selected(usable(nodes, alive, ignore_exclude_label), ads) - not_ready
-    if endpoint_nodes is not None:
-        out &= endpoint_nodes
-    return out
-
-
 def scores(nodes: Iterable[NodeInfo], ads: Sequence[model.L2Advertisement]) -> dict[str, int]:
     """Preference per node: the weights of matching preferredNodeSelectors, summed over ads.
 
@@ -144,7 +79,7 @@ def scores_of(
     for node, labels in nodes:
         total = 0
         for ad in weighted:
-            if _selected(ad, labels):
+            if selectors.any_matches(ad.node_selectors, labels):
                 total += sum(
                     p.weight for p in ad.preferred_node_selectors if p.preference.matches(labels)
                 )

@@ -2,8 +2,10 @@
 
 The pass already decided everything: which addresses this node answers for and why not the
 others (`desired.L2Plan.reasons`/`messages`), which Services it announces over BGP and to which
-peers. This module only puts one Service's part of that into the JSON the CLI reads, so every
-speaker states its own node's verdict in the same words as its logs, metrics and Events.
+peers, and why not the others (`desired.BGPPlan.reasons`/`messages`); in both modes a node's
+checks speak through the one walk of them, `desired.node_verdict`. This module only puts one
+Service's part of that into the JSON the CLI reads, so every speaker states its own node's
+verdict in the same words as its logs, metrics and Events.
 """
 
 from __future__ import annotations
@@ -28,19 +30,6 @@ class Seen:
 
 
 PEER_DOWN = "noPeerEstablished"
-_BGP_MESSAGES: Mapping[str, str] = {
-    desired.Reason.NOT_OWNER: "no BGPAdvertisement of the pool selects this node",
-    desired.Reason.NO_MATCHING_ADVERTISEMENT: "no BGPAdvertisement selects this Service",
-    desired.Reason.NO_LOCAL_ENDPOINTS: "no ready endpoint on this node",
-    desired.Reason.NO_ENDPOINTS: "no ready or serving endpoint anywhere",
-    desired.Reason.NODE_EXCLUDED: "the Node is labelled exclude-from-external-load-balancers",
-    desired.Reason.CONFLICTING_ADVERTISEMENTS: "advertisements disagree on localPref",
-    desired.Reason.NODE_NETWORK_UNAVAILABLE: "the Node's NetworkUnavailable condition is True",
-    desired.Reason.IP_NOT_ALLOWED: "no pool holds the Service's addresses",
-    desired.Reason.NO_IP_ALLOCATED: "the Service has no address",
-    "kubeProxyNotReady": "kube-proxy is not healthy on this node",
-    "kubeProxyNoLocalEndpoints": "kube-proxy's healthCheckNodePort reports no local endpoint yet",
-}
 
 
 def explained(
@@ -72,7 +61,7 @@ def explained(
             verdicts.append(_verdict("bgp", False, PEER_DOWN, message, ips))
         else:
             why = seen.bgp.reasons.get(key, desired.Reason.NOT_OWNER)
-            verdicts.append(_verdict("bgp", False, str(why), _BGP_MESSAGES.get(why, ""), ips))
+            verdicts.append(_verdict("bgp", False, str(why), seen.bgp.messages.get(key, ""), ips))
     path = seen.datapath
     return {
         "node": node,

@@ -838,20 +838,14 @@ def test_candidacy_from_the_pass_electorate_is_the_election_over_every_node(
     case: tuple[desired.Snapshot, desired.Service],
 ) -> None:
     """The pass reads each Node once and shares it between Services; the answer stays the
-    definition's: `election.eligible` and `election.scores` over every Node."""
+    definition's: `desired.candidates` (`node_verdict` asked of every Node; it replaced
+    `election.eligible` when eligibility moved out of the election) and `election.scores`."""
     snap, service = case
     not_ready = snap.not_ready()
     electorate = desired._Electorate(snap)
     got = desired._l2_candidacy(snap, service, POOL, not_ready, electorate)
     assert isinstance(got, desired._L2Candidacy)
-    want = election.eligible(
-        snap.nodes.values(),
-        snap.alive,
-        snap.config.l2_advertisements,
-        endpoint_nodes=desired.endpoint_nodes(service) if service.local else None,
-        ignore_exclude_label=snap.ignore_exclude_lb,
-        not_ready=not_ready.for_service(service),
-    )
+    want = desired.candidates(snap, service, snap.config.l2_advertisements)
     assert got.candidates == want
     assert got.scores == election.scores(
         (snap.nodes[n] for n in want), snap.config.l2_advertisements

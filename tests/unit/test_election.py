@@ -1,4 +1,6 @@
-"""The L2 election: MetalLB's verified order, eligibility rules, and agreement over random views."""
+"""The L2 election: MetalLB's verified order, preference scores, and agreement over random views.
+
+Who is eligible is speaker.desired's `node_verdict` (tests/unit/test_node_verdict.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ironlb import annotations as keys
 from ironlb import model, selectors
 from speaker import election
 
@@ -90,26 +91,6 @@ def test_removing_a_non_owner_keeps_the_owner() -> None:
             assert election.owner("10.1.1.1", [n for n in nodes if n != other]) == winner
 
 
-def test_eligibility_rules() -> None:
-    nodes = [
-        node("a", zone="x"),
-        node("b", zone="y"),
-        node("c", zone="x", **{keys.EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: ""}),
-        election.NodeInfo("d", (("zone", "x"),), network_unavailable=True),
-        node("e", zone="x"),
-    ]
-    alive = frozenset({"a", "b", "c", "d"})
-    everywhere = [ad()]
-    assert election.eligible(nodes, alive, everywhere) == {"a", "b"}
-    assert election.eligible(nodes, alive, everywhere, ignore_exclude_label=True) == {"a", "b", "c"}
-    only_x = [ad(nodes=(selector(zone="x"),))]
-    assert election.eligible(nodes, alive, only_x) == {"a"}
-    # Advertisements are OR-ed: computed over all of them, so every speaker gets the same set.
-    assert election.eligible(nodes, alive, [*only_x, ad(nodes=(selector(zone="y"),))]) == {"a", "b"}
-    assert election.eligible(nodes, alive, everywhere, endpoint_nodes=frozenset({"b"})) == {"b"}
-    assert election.eligible(nodes, alive, []) == frozenset()
-
-
 def test_preference_scores_sum_over_ads_and_need_node_selection() -> None:
     nodes = [node("a", tier="edge"), node("b", tier="edge", zone="x"), node("c")]
     ads = [
@@ -118,8 +99,8 @@ def test_preference_scores_sum_over_ads_and_need_node_selection() -> None:
         ad("three", nodes=(selector(zone="nowhere"),), preferred=((50, selector(tier="edge")),)),
     ]
     assert election.scores(nodes, ads) == {"a": 70, "b": 100}
-    eligible = election.eligible(nodes, frozenset({"a", "b", "c"}), ads)
-    assert election.owner("10.20.30.1", eligible, election.scores(nodes, ads)) == "b"
+    # "one" and "two" select every node: all three are candidates, and the preference decides.
+    assert election.owner("10.20.30.1", ["a", "b", "c"], election.scores(nodes, ads)) == "b"
 
 
 def test_ready_fallback() -> None:
