@@ -555,3 +555,93 @@ def test_link_flapping_leaves_nothing_stuck(
     record_property("link_flap", json.dumps(report))
     assert report["flaps"] == FLAPS
     assert report["stuck"] == []
+
+
+# --- 4. the apiserver connection dead without a word ---------------------------------------------
+
+BLACKHOLE_TABLE = "ilb_blackhole"
+# The kernel's keepalive finds the dead connections about a minute after they fell silent
+# (kube.KEEPALIVE_*); the watch's own read timeout would end them only after 290 + 30 s. The wait
+# stays below that, so that only the keepalive can make the test pass.
+DEAD_CONNECTION_WAIT_S = 200.0
+
+
+def apiserver_connections(lab: network_lab.Lab, index: int, pid: int) -> list[int]:
+    """The local ports of process `pid`'s established connections to the apiserver."""
+    out = lab.exec(
+        f"node{index}",
+        "ss",
+        "-Htnp",
+        "state",
+        "established",
+        "dst",
+        f"{network_lab.CP_LAN_V4}:{network_lab.APISERVER_PORT}",
+        check=True,
+    ).stdout
+    # Recv-Q Send-Q Local:Port Peer:Port users:(("python3",pid=123,fd=7))
+    return sorted(
+        int(line.split()[2].rsplit(":", 1)[1]) for line in out.splitlines() if f"pid={pid}," in line
+    )
+
+
+def black_hole(lab: network_lab.Lab, index: int, ports: list[int]) -> None:
+    """Drop, in both directions and without a RST, every packet of these connections to the
+    apiserver, as when a control-plane node dies or a NAT entry expires; new connections (other
+    local ports) go through."""
+    ports_set = "{ " + ", ".join(map(str, ports)) + " }"
+    cp, api = network_lab.CP_LAN_V4, network_lab.APISERVER_PORT
+    rules = (
+        f"table inet {BLACKHOLE_TABLE} {{\n"
+        "  chain out { type filter hook output priority -300; "
+        f"ip daddr {cp} tcp dport {api} tcp sport {ports_set} drop; }}\n"
+        "  chain in { type filter hook prerouting priority -300; "
+        f"ip saddr {cp} tcp sport {api} tcp dport {ports_set} drop; }}\n"
+        "}\n"
+    )
+    lab.exec(f"node{index}", "nft", "-f", "-", input=rules, check=True)
+
+
+def lift_black_hole(lab: network_lab.Lab, index: int) -> None:
+    lab.exec(f"node{index}", "nft", "delete", "table", "inet", BLACKHOLE_TABLE)
+
+
+def test_a_speaker_whose_apiserver_connections_die_silently_sees_changes_again(
+    lab: network_lab.Lab, deployment: deploy.Deployment, app_namespace: str
+) -> None:
+    """A speaker's watches whose connection died without a RST: the node must not keep
+    answering for a Service deleted meanwhile (its view frozen), as it did with no bound on a
+    silent watch; it finds the dead connections, watches again and withdraws."""
+    objects.create_service(lab, app_namespace, "web", dual=False)
+    objects.set_backends(lab, app_namespace, "web", [1, 2, 3])
+    (vip,) = objects.ingress(lab, app_namespace, "web", 1)
+    macs = objects.wait_until(
+        f"one ARP answer for {vip}",
+        lambda: found if len(found := witness.arp_macs(lab, vip)) == 1 else None,
+    )
+    owner = hitless.mac_owner(lab, next(iter(macs)))
+    assert owner is not None, f"{macs} is no node's MAC"
+    speaker = deployment.speakers[owner]
+    ports = apiserver_connections(lab, owner, speaker.pid)
+    assert ports, f"the speaker of node{owner} holds no connection to the apiserver"
+    log_before = len(deployment.logs(f"speaker-{lab.node_names[owner - 1]}"))
+    black_hole(lab, owner, ports)
+    try:
+        lab.kubectl("delete", "service", "web", "-n", app_namespace)
+        # The other nodes never announced it; the owner stops once it sees the deletion.
+        objects.wait_equal(
+            f"node{owner} to stop answering for {vip} (its {len(ports)} apiserver connections "
+            "black-holed)",
+            lambda: witness.arp_macs(lab, vip),
+            set(),
+            timeout=DEAD_CONNECTION_WAIT_S,
+        )
+    finally:
+        lift_black_hole(lab, owner)
+    log = deployment.logs(f"speaker-{lab.node_names[owner - 1]}")[log_before:]
+    failed = [
+        json.loads(line)
+        for line in log.splitlines()
+        if '"watch failed; will resume"' in line and '"Service"' in line
+    ]
+    print(f"node{owner}'s Service watch: {failed[:1]}")
+    assert failed, "the withdrawal did not come from finding the Service watch dead"
