@@ -361,8 +361,21 @@ def test_helm_upgrade_of_a_controller_value_rolls_the_controller_under_load(
 def test_helm_uninstall_leaves_no_pod_and_keeps_crds_and_pools(
     release: Release, lab: network_lab.Lab
 ) -> None:
+    # The speakers' status objects are owned by their Pods (as MetalLB's are): the garbage
+    # collector removes them with the Pods, the VIP's Service still being there.
+    speaker_pods = {p["metadata"]["uid"] for p in release.speakers().values()}
+    statuses = objects.get(lab, "servicel2statuses", "-n", NS)["items"]
+    assert statuses, "no ServiceL2Status for the VIP's Service before the uninstall"
+    for item in statuses:
+        owners = {ref["uid"] for ref in item["metadata"].get("ownerReferences") or []}
+        assert owners & speaker_pods, f"{item['metadata']['name']} is owned by no speaker Pod"
     release.helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", HELM_TIMEOUT)
     objects.wait_until("no Pod left in metallb-system", lambda: not release.pods() or None)
+    objects.wait_until(
+        "the garbage collector to delete the gone speaker Pods' ServiceL2Statuses",
+        lambda: not objects.get(lab, "servicel2statuses", "-n", NS)["items"] or None,
+        timeout=120,
+    )
     crds = lab.kubectl("get", "crd", "-o", "name")
     assert "customresourcedefinition.apiextensions.k8s.io/ipaddresspools.metallb.io" in crds
     pools = objects.get(lab, "ipaddresspools", "-n", NS)["items"]
