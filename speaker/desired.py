@@ -693,7 +693,9 @@ def _bgp_verdict(
         here = tuple(ad for ad in ads if selectors.any_matches(ad.node_selectors, mine))
     if _conflicting(here, service):
         return Reason.CONFLICTING_ADVERTISEMENTS
-    verdict = node_verdict(snapshot, service, me, ads, Mode.BGP)
+    # `here` are the ads that apply and select this node: node_verdict's selection check
+    # then needs no second match of every ad against the node's labels.
+    verdict = node_verdict(snapshot, service, me, here, Mode.BGP)
     return here if verdict is None else verdict
 
 
