@@ -199,6 +199,14 @@ def _failures(tasks: Mapping[str, asyncio.Future[Any]]) -> list[tuple[str, BaseE
     return failed
 
 
+def _lease_lost(stats: metrics.Metrics) -> int:
+    """The leader Lease is someone else's now: say so; the exit code that says it (and keeps
+    `run` from releasing a Lease that is no longer ours)."""
+    stats.leader.set(0)
+    log.error("leader lease lost: exiting")
+    return EXIT_LEASE_LOST
+
+
 async def run(options: Options) -> int:
     credentials = kube.load(options.kubeconfig)
     stats = metrics.Metrics()
@@ -292,7 +300,9 @@ async def run(options: Options) -> int:
                 stop_at=(stopping, keeping),
             )
         except retrying.Stopped:
-            return EXIT_LEASE_LOST if keeping.done() else 0
+            if keeping.done():  # lost while listing: said, counted and kept as below
+                code = _lease_lost(stats)
+            return code
         running = asyncio.ensure_future(reconciler.run())
         tasks["reconciler"] = running
         readying = asyncio.ensure_future(reconciler.ready.wait())
@@ -331,9 +341,7 @@ async def run(options: Options) -> int:
         else:
             readying.cancel()
         if keeping.done():
-            stats.leader.set(0)
-            log.error("leader lease lost: exiting")
-            code = EXIT_LEASE_LOST
+            code = _lease_lost(stats)
         elif running.done() and running.exception() is not None:
             log.error("reconciler failed", exc_info=running.exception())
             reported.add("reconciler")

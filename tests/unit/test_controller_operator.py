@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from typing import Any
 
 import kopf
@@ -28,6 +29,7 @@ class FakeClient:
 
 class FakeElector:
     lose_after: float | None = None  # seconds until `keep` returns (the Lease lost)
+    released = 0
 
     def __init__(self, *_: Any, **__: Any) -> None:
         self.reachable = True
@@ -45,18 +47,20 @@ class FakeElector:
             await asyncio.sleep(self.lose_after)
 
     async def release(self) -> None:
-        pass
+        FakeElector.released += 1
 
 
 class FakeReconciler:
     resync_error: BaseException | None = None
+    load_error: BaseException | None = None  # raised by every `load`
 
     def __init__(self, *_: Any, **__: Any) -> None:
         self.ready = asyncio.Event()
         self.services: dict[str, Any] = {}
 
     async def load(self) -> None:
-        pass
+        if self.load_error is not None:
+            raise self.load_error
 
     async def run(self) -> None:
         self.ready.set()
@@ -135,3 +139,38 @@ async def test_a_failure_while_stopping_is_logged_once(
     assert code == operator.EXIT_LEASE_LOST
     said = [r for r in caplog.records if r.exc_info and r.exc_info[1] is boom]
     assert len(said) == 1
+
+
+async def test_the_lease_lost_while_the_cluster_state_cannot_be_listed_says_so_and_exits_3(
+    faked: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The start-up LIST keeps failing (e.g. no CRDs yet) and the Lease goes meanwhile: the
+    process exits with EXIT_LEASE_LOST, says why, reports that code in its last line, and does
+    not try to release a Lease that is no longer its own. It used to return 3 while logging
+    `stopped` with exit_code 0, after a release."""
+    monkeypatch.setattr(FakeReconciler, "load_error", kube.ApiError(404, "NotFound", "no CRDs"))
+    monkeypatch.setattr(FakeElector, "lose_after", 0.05)
+    monkeypatch.setattr(FakeElector, "released", 0)
+    with caplog.at_level(logging.INFO, logger=operator.__name__):
+        code = await asyncio.wait_for(operator.run(OPTIONS), 5)
+    assert code == operator.EXIT_LEASE_LOST
+    assert "leader lease lost: exiting" in [r.getMessage() for r in caplog.records]
+    (stopped,) = [r for r in caplog.records if r.getMessage() == "stopped"]
+    assert stopped.__dict__["exit_code"] == operator.EXIT_LEASE_LOST
+    assert FakeElector.released == 0
+
+
+async def test_asked_to_stop_while_the_cluster_state_cannot_be_listed_releases_and_exits_0(
+    faked: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(FakeReconciler, "load_error", kube.ApiError(404, "NotFound", "no CRDs"))
+    monkeypatch.setattr(FakeElector, "released", 0)
+    running = asyncio.ensure_future(operator.run(OPTIONS))
+    await asyncio.sleep(0.1)
+    signal.raise_signal(signal.SIGTERM)
+    with caplog.at_level(logging.INFO, logger=operator.__name__):
+        code = await asyncio.wait_for(running, 5)
+    assert code == 0
+    (stopped,) = [r for r in caplog.records if r.getMessage() == "stopped"]
+    assert stopped.__dict__["exit_code"] == 0
+    assert FakeElector.released == 1
