@@ -657,6 +657,12 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--port", type=int, default=Ports.apiserver, help="apiserver port")
             p.add_argument("--etcd-port", type=int, default=Ports.etcd_client, help="etcd port")
             p.add_argument(
+                "--etcd-peer-port",
+                type=int,
+                default=None,
+                help="etcd's peer port (default: the etcd port + 1)",
+            )
+            p.add_argument(
                 "--controller-manager-port",
                 type=int,
                 default=Ports.controller_manager,
@@ -690,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
                 ports=Ports(
                     args.port,
                     args.etcd_port,
-                    args.etcd_port + 1,
+                    args.etcd_port + 1 if args.etcd_peer_port is None else args.etcd_peer_port,
                     args.controller_manager_port,
                     args.scheduler_port,
                 ),

@@ -19,11 +19,13 @@ CLI = str(ROOT / "hack" / "cluster")
 
 
 def ports() -> list[str]:
-    """`up`'s port options, every port free right now."""
-    api, etcd, _, kcm, scheduler = local_cluster.free_ports(5)
+    """`up`'s port options, every port free right now; each one `up` listens on is given (etcd's
+    peer port too: left to its default, the etcd port + 1, it was once a port in use)."""
+    api, etcd, etcd_peer, kcm, scheduler = local_cluster.free_ports(5)
     return [
         f"--port={api}",
         f"--etcd-port={etcd}",
+        f"--etcd-peer-port={etcd_peer}",
         f"--controller-manager-port={kcm}",
         f"--scheduler-port={scheduler}",
     ]
