@@ -152,6 +152,30 @@ def node_v6(index: int) -> ipaddress.IPv6Address:
     return ipaddress.IPv6Address(f"{LAN_V6.network_address}{10 + index}")
 
 
+def tor_config(template: str, log_file: Path, nodes: int) -> str:
+    """The ToR's frr.conf: `template` with its log file and, as members of the peer group
+    `nodes`, both addresses of each of the lab's `nodes` nodes (see hack/frr/tor.conf)."""
+    neighbors = "\n".join(
+        f" neighbor {address} peer-group nodes"
+        for i in range(1, nodes + 1)
+        for address in (node_v4(i), node_v6(i))
+    )
+    return string.Template(template).substitute(log_file=log_file, node_neighbors=neighbors)
+
+
+def leave_tor_group(address: str) -> list[str]:
+    """bgpd commands (under `router bgp`) that take a lab node's address out of the peer group
+    `nodes` (tor_config makes every node address a member), so that a test can configure a
+    neighbour of its own for it (another AS, a password). `tor_group_member` undoes it."""
+    return [f"no neighbor {address}"]
+
+
+def tor_group_member(address: str) -> list[str]:
+    """bgpd commands (under `router bgp`) that make `address` a member of the peer group `nodes`
+    again, as tor_config leaves every node address."""
+    return [f"no neighbor {address}", f"neighbor {address} peer-group nodes"]
+
+
 def node_mac(index: int) -> str:
     return f"02:00:0a:fa:00:{10 + index:02x}"
 
@@ -955,9 +979,7 @@ class Lab:
         shutil.rmtree(frr, ignore_errors=True)
         frr.mkdir(mode=0o755)
         config = frr / "frr.conf"
-        config.write_text(
-            string.Template(FRR_TEMPLATE.read_text()).substitute(log_file=frr / "frr.log")
-        )
+        config.write_text(tor_config(FRR_TEMPLATE.read_text(), frr / "frr.log", self.nodes))
         shutil.chown(frr, "frr", "frr")
         shutil.chown(config, "frr", "frr")
         with contextlib.suppress(FileExistsError):

@@ -186,21 +186,23 @@ def tor_neighbor_state(lab: network_lab.Lab, address: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def tor_neighbor(lab: network_lab.Lab, address: str, remote_as: int) -> Iterator[None]:
-    """A neighbor of the ToR's own for `address`, expecting `remote_as`, removed afterwards
-    (also on failure). The peer group `nodes` takes any AS but the ToR's, so only a neighbor
-    configured for one AS refuses an OPEN carrying another (Bad Peer AS). bgpd refuses to
-    configure an address that has a dynamic session (from the listen range): wait for the one
-    an earlier test left to go first."""
+    """A neighbor of the ToR's own for `address`, expecting `remote_as`, put back into the peer
+    group `nodes` afterwards (also on failure). The peer group takes any AS but the ToR's, so
+    only a neighbor configured for one AS refuses an OPEN carrying another (Bad Peer AS). A
+    session an earlier test left goes first, so that this test's speaker makes the one seen."""
 
     def gone() -> bool | objects.Missing:
-        state = tor_neighbor_state(lab, address)
-        return not state or objects.Missing(f"the ToR still has {address}: {state.get('bgpState')}")
+        state = tor_neighbor_state(lab, address).get("bgpState", "absent")
+        return state in ("absent", "Idle", "Active", "Connect") or objects.Missing(
+            f"the ToR still has a session with {address}: {state}"
+        )
 
     objects.wait_until(f"the ToR to hold no session with {address}", gone)
     router = f"router bgp {network_lab.TOR_ASN}"
     lab.vtysh(
         "configure terminal",
         router,
+        *network_lab.leave_tor_group(address),
         f"neighbor {address} remote-as {remote_as}",
         f"neighbor {address} timers 1 3",
         f"neighbor {address} timers connect 1",
@@ -210,7 +212,9 @@ def tor_neighbor(lab: network_lab.Lab, address: str, remote_as: int) -> Iterator
     try:
         yield
     finally:
-        undone = lab.vtysh("configure terminal", router, f"no neighbor {address}", check=False)
+        undone = lab.vtysh(
+            "configure terminal", router, *network_lab.tor_group_member(address), check=False
+        )
     assert undone.returncode == 0, f"could not restore the ToR: {undone.stdout}{undone.stderr}"
 
 

@@ -352,12 +352,13 @@ def test_communities_and_local_pref_over_ibgp(
     tor(
         [
             "router bgp 64500",
+            *network_lab.leave_tor_group(str(node)),
             f"neighbor {node} remote-as internal",
             f"neighbor {node} timers 1 3",
             "address-family ipv4 unicast",
             f"neighbor {node} activate",
         ],
-        ["router bgp 64500", f"no neighbor {node}"],
+        ["router bgp 64500", *network_lab.tor_group_member(str(node))],
     )
     s = speakers(3)
     assert (
@@ -391,13 +392,14 @@ def test_md5_session_and_wrong_password(
     tor(
         [
             "router bgp 64500",
+            *network_lab.leave_tor_group(str(node)),
             f"neighbor {node} remote-as external",
             f"neighbor {node} timers 1 3",
             f"neighbor {node} password {secret}",
             "address-family ipv4 unicast",
             f"neighbor {node} activate",
         ],
-        ["router bgp 64500", f"no neighbor {node}"],
+        ["router bgp 64500", *network_lab.tor_group_member(str(node))],
     )
     s = speakers(3)
     plain = peer("tor6", TOR_V6, node_asn(3))

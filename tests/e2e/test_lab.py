@@ -96,6 +96,11 @@ def test_frr_answers_and_can_be_reconfigured(lab: network_lab.Lab) -> None:
     assert "router bgp 64500" in config
     assert "bgp listen range 10.250.0.0/24 peer-group nodes" in config
     assert "bgp listen range fd00:250::/64 peer-group nodes" in config
+    # Every node's addresses are configured neighbours (see hack/frr/tor.conf), passive.
+    for i in range(1, lab.nodes + 1):
+        assert f"neighbor {lab.node_v4(i)} peer-group nodes" in config
+        assert f"neighbor {lab.node_v6(i)} peer-group nodes" in config
+    assert "neighbor nodes passive" in config
     assert lab.vtysh("show bfd peers").returncode == 0
     lab.vtysh("configure terminal", "router bgp 64500", "neighbor nodes password s3cret")
     try:
