@@ -136,56 +136,13 @@ class _Converging:
             self.clear()
             return self.fail(allocator.AllocError(allocator.Reason.NOT_ENOUGH_CLUSTER_IPS, message))
 
-        current = list(svc.current_ips)
-        if not current:
-            self.clear()
-        else:
-            lb_family, why = requests.family_of(current)
-            if why is not None:
-                self.event(
-                    "Warning",
-                    "nolbIPsIPFamily",
-                    f"Failed to retrieve LBIPs IPFamily for {requests.go_quoted(current)}: {why}",
-                )
-            if svc.family is requests.ServiceFamily.UNKNOWN:
-                message = "Failed to retrieve ClusterIPs IPFamily"
-                self.event("Warning", "noclusterIPsIPFamily", message)
-                return self.fail(
-                    allocator.AllocError(allocator.Reason.UNKNOWN_CLUSTER_FAMILY, message)
-                )
-            if _family_changed(lb_family, svc.family, policy):
-                self.clear()
-                current = []
-
+        current = self.current_of_right_family(svc.family)
+        if isinstance(current, Decision):
+            return current
         if current:
-            # The step order below is MetalLB's: once the current IPs survived the family check,
-            # an invalid explicit request is reported even if those IPs were just cleared.
-            result = state.assign(svc, current)
-            if isinstance(result, allocator.AllocError):
-                self.event(
-                    "Normal",
-                    "ClearAssignment",
-                    f'current IP for "{svc.key}" not allowed by config, will attempt for '
-                    f"new IP assignment: {result.message}",
-                )
-                self.clear()
-                current = []
-            held = state.allocation(svc.key)
-            if current and svc.requested_pool and held and held.pool != svc.requested_pool:
-                self.clear()
-                current = []
-            if svc.requested.error is not None:
-                self.event(
-                    "Warning",
-                    "LoadBalancerFailed",
-                    f"invalid requested loadbalancer IPs: {svc.requested.error}",
-                )
-                return self.fail(
-                    allocator.AllocError(allocator.Reason.INVALID_REQUEST, svc.requested.error)
-                )
-            if current and svc.requested.ips and not _same_ips(current, svc.requested.ips):
-                self.clear()
-                current = []
+            current = self.reassert_current(current)
+            if isinstance(current, Decision):
+                return current
 
         if not current:
             result = self.allocate()
@@ -199,17 +156,86 @@ class _Converging:
             current = list(result.ips)
             self.event("Normal", "IPAllocated", f"Assigned IP {requests.go_quoted(current)}")
 
+        current = self.top_up_dual_stack(current)
+        held = state.allocation(svc.key)
+        assert held is not None, "converged without an allocation"
+        return Decision(Status.SET, tuple(current), held.pool, tuple(self.events))
+
+    def current_of_right_family(
+        self, cluster_family: requests.ServiceFamily
+    ) -> list[addresses.IPAddress] | Decision:
+        """The Service's current addresses, or none (cleared) when their family no longer fits."""
+        svc = self.service
+        current = list(svc.current_ips)
+        if not current:
+            self.clear()
+            return current
+        lb_family, why = requests.family_of(current)
+        if why is not None:
+            self.event(
+                "Warning",
+                "nolbIPsIPFamily",
+                f"Failed to retrieve LBIPs IPFamily for {requests.go_quoted(current)}: {why}",
+            )
+        if cluster_family is requests.ServiceFamily.UNKNOWN:
+            message = "Failed to retrieve ClusterIPs IPFamily"
+            self.event("Warning", "noclusterIPsIPFamily", message)
+            return self.fail(allocator.AllocError(allocator.Reason.UNKNOWN_CLUSTER_FAMILY, message))
+        if _family_changed(lb_family, cluster_family, svc.policy):
+            self.clear()
+            return []
+        return current
+
+    def reassert_current(
+        self, current: list[addresses.IPAddress]
+    ) -> list[addresses.IPAddress] | Decision:
+        """Re-claim the current addresses; none (cleared) when the config or a changed request
+        no longer allows them."""
+        svc, state = self.service, self.state
+        # The step order below is MetalLB's: once the current IPs survived the family check,
+        # an invalid explicit request is reported even if those IPs were just cleared.
+        result = state.assign(svc, current)
+        if isinstance(result, allocator.AllocError):
+            self.event(
+                "Normal",
+                "ClearAssignment",
+                f'current IP for "{svc.key}" not allowed by config, will attempt for '
+                f"new IP assignment: {result.message}",
+            )
+            self.clear()
+            current = []
+        held = state.allocation(svc.key)
+        if current and svc.requested_pool and held and held.pool != svc.requested_pool:
+            self.clear()
+            current = []
+        if svc.requested.error is not None:
+            self.event(
+                "Warning",
+                "LoadBalancerFailed",
+                f"invalid requested loadbalancer IPs: {svc.requested.error}",
+            )
+            return self.fail(
+                allocator.AllocError(allocator.Reason.INVALID_REQUEST, svc.requested.error)
+            )
+        if current and svc.requested.ips and not _same_ips(current, svc.requested.ips):
+            self.clear()
+            current = []
+        return current
+
+    def top_up_dual_stack(self, current: list[addresses.IPAddress]) -> list[addresses.IPAddress]:
+        """PreferDualStack's second family, when the Service holds one address."""
+        svc = self.service
         # After the allocation: a Service that already held one address skips it and is topped
         # up here, as MetalLB does before it; a new one that got one family is topped up at once,
         # where MetalLB does it on the next pass (its own status write brings the Service
         # back), so it sees AdditionalAssignFailed (or its second address) either way.
         if (
             len(current) == 1
-            and policy is requests.FamilyPolicy.PREFER_DUAL_STACK
+            and svc.policy is requests.FamilyPolicy.PREFER_DUAL_STACK
             and svc.family is requests.ServiceFamily.DUAL
             and not svc.requested.ips  # an explicit request is exactly what the user wants
         ):
-            result = state.allocate_additional_family(svc)
+            result = self.state.allocate_additional_family(svc)
             if isinstance(result, allocator.AllocError):
                 self.event(
                     "Normal",
@@ -219,10 +245,7 @@ class _Converging:
             else:
                 current = list(result.ips)
                 self.event("Normal", "IPAllocated", f'Assigned additional IP "{current[-1]}"')
-
-        held = state.allocation(svc.key)
-        assert held is not None, "converged without an allocation"
-        return Decision(Status.SET, tuple(current), held.pool, tuple(self.events))
+        return current
 
     def allocate(self) -> allocator.Result:
         """MetalLB's allocateIPs: explicit IPs, else the requested pool, else automatic."""

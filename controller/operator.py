@@ -207,32 +207,15 @@ def _lease_lost(stats: metrics.Metrics) -> int:
     return EXIT_LEASE_LOST
 
 
-async def run(options: Options) -> int:
-    credentials = kube.load(options.kubeconfig)
-    stats = metrics.Metrics()
-    client = kube.Client(credentials, on_write=stats.count_write)
-    # The Lease has its own connection: renewals must never queue behind a burst of writes.
-    lease_client = kube.Client(credentials, concurrency=1, on_write=stats.count_write)
-    # So has the webhook: its reads answer an apply within the apiserver's timeout and must not
-    # queue behind the reconciler's writes (it writes nothing).
-    webhook_client = kube.Client(credentials, concurrency=2)
-    me = identity()
-    elector = leader.Elector(
-        lease_client, options.namespace, options.lease_name, me, options.lease_duration
-    )
-    reconciler = reconciling.Reconciler(
-        client,
-        namespace=options.namespace,
-        lb_class=options.lb_class,
-        instance=me,
-        stats=stats,
-        may_write=elector.holding,
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-
+async def _listen(
+    options: Options,
+    stats: metrics.Metrics,
+    elector: leader.Elector,
+    reconciler: reconciling.Reconciler,
+    webhook_client: kube.Client,
+) -> tuple[list[Any], asyncio.Task[None] | None]:
+    """Start the metrics server and the webhook (with its certificate follower), if enabled;
+    returns the servers to stop and the follower's task."""
     servers: list[Any] = []
     if options.metrics_port:
         server = metrics.Server(
@@ -265,6 +248,156 @@ async def run(options: Options) -> int:
         if options.webhook_cert_dir:
             follower = webhook.CertificateFollower(hook, options.webhook_cert_dir)
             following = asyncio.ensure_future(follower.run())
+    return servers, following
+
+
+async def _acquire_lease(elector: leader.Elector, stopping: asyncio.Future[Any]) -> bool:
+    """Wait for the leader Lease; False when asked to stop first."""
+    acquiring = asyncio.ensure_future(elector.acquire())
+    await _first(acquiring, stopping)
+    if not acquiring.done():
+        acquiring.cancel()
+        return False
+    acquiring.result()
+    return True
+
+
+async def _load_cluster_state(
+    reconciler: reconciling.Reconciler, stop_at: tuple[asyncio.Future[Any], ...]
+) -> None:
+    """LIST the cluster state into the reconciler; raises `retrying.Stopped` if one of `stop_at`
+    ends first."""
+    # e.g. the CRDs are not installed yet: keep trying, never decide blind
+    await retrying.retry(
+        reconciler.load,
+        kube.ApiError,
+        message="cannot list the cluster state; retrying",
+        logger=log,
+        level=logging.ERROR,
+        # Once per kind of failure, not per retry.
+        failure_text=lambda e: f"{e.status} {e.reason}",
+        on_recovery=lambda _: log.info("cluster state listed"),
+        stop_at=stop_at,
+    )
+
+
+def _start_watching(
+    options: Options,
+    me: str,
+    credentials: kube.Credentials,
+    client: kube.Client,
+    elector: leader.Elector,
+    reconciler: reconciling.Reconciler,
+    kopf_stop: asyncio.Event,
+) -> tuple[asyncio.Future[Any], dict[str, asyncio.Future[Any]]]:
+    """Once the first round is done: kopf's watches and the background loops; returns kopf's
+    task and the loops' tasks by name."""
+    log.info(
+        "ready",
+        extra={
+            "seconds_since_start": round(time.monotonic() - STARTED, 3),
+            "writes": client.total_writes,
+            "services": len(reconciler.services),
+        },
+    )
+    operator = asyncio.ensure_future(
+        kopf.operator(
+            registry=registry(reconciler, credentials),
+            settings=settings(),
+            clusterwide=True,
+            standalone=True,
+            stop_flag=kopf_stop,
+        )
+    )
+    reporter = config_reporting.Reporter(client, options.namespace, me, may_write=elector.holding)
+    # Loops that never return and retry API errors themselves: one that ends has hit a
+    # bug. Waited on with the others, so it ends the process (and the Deployment starts
+    # a fresh one) instead of the controller running on without it, saying nothing.
+    background: dict[str, asyncio.Future[Any]] = {
+        "resync": asyncio.ensure_future(reconciler.resync_forever(options.resync_s)),
+        # Problems that got past admission, as conditions and Events on the objects.
+        "configuration check": asyncio.ensure_future(reporter.run_forever()),
+    }
+    return operator, background
+
+
+def _exit_code(
+    stats: metrics.Metrics,
+    keeping: asyncio.Future[Any],
+    running: asyncio.Future[Any],
+    background: Mapping[str, asyncio.Future[Any]],
+    reported: set[str],
+) -> int:
+    """Why the leader stopped leading, logged: the Lease lost, the reconciler failed, or a
+    background loop ended (each adds the failed tasks to `reported`); 0 when asked to stop."""
+    if keeping.done():
+        return _lease_lost(stats)
+    if running.done() and running.exception() is not None:
+        log.error("reconciler failed", exc_info=running.exception())
+        reported.add("reconciler")
+        return 1
+    if ended := [name for name, task in background.items() if task.done()]:
+        for name in ended:
+            log.error(
+                "background task ended: exiting",
+                extra={"task": name},
+                exc_info=background[name].exception(),
+            )
+        reported.update(ended)
+        return 1
+    return 0
+
+
+async def _stop_tasks(
+    kopf_stop: asyncio.Event,
+    operator: asyncio.Future[Any] | None,
+    tasks: Mapping[str, asyncio.Future[Any]],
+    reported: set[str],
+) -> None:
+    """Stop kopf, then cancel and await the other tasks, logging failures not logged yet."""
+    # kopf first, through its own stop flag, so its watch streams close cleanly.
+    kopf_stop.set()
+    if operator is not None:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(asyncio.shield(operator), 10)
+    for task in tasks.values():
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await asyncio.wait_for(asyncio.gather(*tasks.values(), return_exceptions=True), 10)
+    # The gather swallows what the tasks raised (kopf's failure, one raised while stopping):
+    # say each once, leaving out those said above.
+    for name, error in _failures(tasks):
+        if name not in reported:
+            log.error("task failed", extra={"task": name}, exc_info=error)
+
+
+async def run(options: Options) -> int:
+    credentials = kube.load(options.kubeconfig)
+    stats = metrics.Metrics()
+    client = kube.Client(credentials, on_write=stats.count_write)
+    # The Lease has its own connection: renewals must never queue behind a burst of writes.
+    lease_client = kube.Client(credentials, concurrency=1, on_write=stats.count_write)
+    # So has the webhook: its reads answer an apply within the apiserver's timeout and must not
+    # queue behind the reconciler's writes (it writes nothing).
+    webhook_client = kube.Client(credentials, concurrency=2)
+    me = identity()
+    elector = leader.Elector(
+        lease_client, options.namespace, options.lease_name, me, options.lease_duration
+    )
+    reconciler = reconciling.Reconciler(
+        client,
+        namespace=options.namespace,
+        lb_class=options.lb_class,
+        instance=me,
+        stats=stats,
+        may_write=elector.holding,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    servers, following = await _listen(options, stats, elector, reconciler, webhook_client)
 
     log.info(
         "ironlb controller starting",
@@ -278,27 +411,13 @@ async def run(options: Options) -> int:
     operator: asyncio.Future[Any] | None = None
     code = 0
     try:
-        acquiring = asyncio.ensure_future(elector.acquire())
-        await _first(acquiring, stopping)
-        if not acquiring.done():
-            acquiring.cancel()
+        if not await _acquire_lease(elector, stopping):
             return 0
-        acquiring.result()
         stats.leader.set(1)
         keeping = asyncio.ensure_future(elector.keep())
         tasks["lease"] = keeping
-        try:  # e.g. the CRDs are not installed yet: keep trying, never decide blind
-            await retrying.retry(
-                reconciler.load,
-                kube.ApiError,
-                message="cannot list the cluster state; retrying",
-                logger=log,
-                level=logging.ERROR,
-                # Once per kind of failure, not per retry.
-                failure_text=lambda e: f"{e.status} {e.reason}",
-                on_recovery=lambda _: log.info("cluster state listed"),
-                stop_at=(stopping, keeping),
-            )
+        try:
+            await _load_cluster_state(reconciler, stop_at=(stopping, keeping))
         except retrying.Stopped:
             if keeping.done():  # lost while listing: said, counted and kept as below
                 code = _lease_lost(stats)
@@ -308,68 +427,16 @@ async def run(options: Options) -> int:
         readying = asyncio.ensure_future(reconciler.ready.wait())
         await _first(readying, running, keeping, stopping)
         if readying.done():
-            log.info(
-                "ready",
-                extra={
-                    "seconds_since_start": round(time.monotonic() - STARTED, 3),
-                    "writes": client.total_writes,
-                    "services": len(reconciler.services),
-                },
+            operator, background = _start_watching(
+                options, me, credentials, client, elector, reconciler, kopf_stop
             )
-            operator = asyncio.ensure_future(
-                kopf.operator(
-                    registry=registry(reconciler, credentials),
-                    settings=settings(),
-                    clusterwide=True,
-                    standalone=True,
-                    stop_flag=kopf_stop,
-                )
-            )
-            reporter = config_reporting.Reporter(
-                client, options.namespace, me, may_write=elector.holding
-            )
-            # Loops that never return and retry API errors themselves: one that ends has hit a
-            # bug. Waited on with the others, so it ends the process (and the Deployment starts
-            # a fresh one) instead of the controller running on without it, saying nothing.
-            background = {
-                "resync": asyncio.ensure_future(reconciler.resync_forever(options.resync_s)),
-                # Problems that got past admission, as conditions and Events on the objects.
-                "configuration check": asyncio.ensure_future(reporter.run_forever()),
-            }
             tasks |= {"kopf": operator, **background}
             await _first(running, keeping, stopping, operator, *background.values())
         else:
             readying.cancel()
-        if keeping.done():
-            code = _lease_lost(stats)
-        elif running.done() and running.exception() is not None:
-            log.error("reconciler failed", exc_info=running.exception())
-            reported.add("reconciler")
-            code = 1
-        elif ended := [name for name, task in background.items() if task.done()]:
-            for name in ended:
-                log.error(
-                    "background task ended: exiting",
-                    extra={"task": name},
-                    exc_info=background[name].exception(),
-                )
-            reported.update(ended)
-            code = 1
+        code = _exit_code(stats, keeping, running, background, reported)
     finally:
-        # kopf first, through its own stop flag, so its watch streams close cleanly.
-        kopf_stop.set()
-        if operator is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(asyncio.shield(operator), 10)
-        for task in tasks.values():
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(asyncio.gather(*tasks.values(), return_exceptions=True), 10)
-        # The gather swallows what the tasks raised (kopf's failure, one raised while stopping):
-        # say each once, leaving out those said above.
-        for name, error in _failures(tasks):
-            if name not in reported:
-                log.error("task failed", extra={"task": name}, exc_info=error)
+        await _stop_tasks(kopf_stop, operator, tasks, reported)
         if code != EXIT_LEASE_LOST:
             await elector.release()
         stopping.cancel()

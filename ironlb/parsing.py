@@ -486,14 +486,8 @@ def _timers(
     return hold, keepalive
 
 
-def parse_bgppeer(obj: Mapping[str, Any]) -> tuple[model.BGPPeer | None, list[Problem]]:
-    """v1beta2 and v1beta1 share field names; v1beta1's fields are a subset, parsed the same."""
-    started = _start(obj, model.BGP_PEER)
-    if started is None:
-        return None, _not_an_object(model.BGP_PEER)
-    f, metadata, spec = started
-    labels = f.labels(metadata)
-
+def _peer_asns(f: _Fields, spec: Mapping[Any, Any]) -> tuple[int | None, int, str, int]:
+    """myASN, peerASN, dynamicASN and localASN; exactly one of peerASN and dynamicASN is set."""
     my_asn = f.integer(spec, "myASN", "spec.myASN", low=0, high=UINT32_MAX, required=True)
     if my_asn == 0:
         f.problem("spec.myASN", "missing local ASN: must not be 0")
@@ -506,10 +500,13 @@ def parse_bgppeer(obj: Mapping[str, Any]) -> tuple[model.BGPPeer | None, list[Pr
     elif peer_asn != 0 and dynamic_asn:
         f.problem("spec.peerASN", "both peerASN and dynamicASN specified: set exactly one")
     local_asn = f.integer(spec, "localASN", "spec.localASN", low=0, high=UINT32_MAX) or 0
-    multihop = f.boolean(spec, "ebgpMultiHop", "spec.ebgpMultiHop", False)
-    if multihop and my_asn is not None and peer_asn == my_asn:
-        f.problem("spec.ebgpMultiHop", "invalid ebgpMultiHop for an iBGP peer (peerASN == myASN)")
+    return my_asn, peer_asn, dynamic_asn, local_asn
 
+
+def _peer_addresses(
+    f: _Fields, spec: Mapping[Any, Any]
+) -> tuple[addresses.IPAddress | None, str, addresses.IPAddress | None, addresses.IPAddress | None]:
+    """peerAddress or interface (exactly one), sourceAddress and routerID."""
     peer_address = f.ip(spec, "peerAddress", "spec.peerAddress", "BGPPeer address")
     interface = f.string(spec, "interface", "spec.interface")
     if not spec.get("peerAddress") and not interface:
@@ -518,6 +515,23 @@ def parse_bgppeer(obj: Mapping[str, Any]) -> tuple[model.BGPPeer | None, list[Pr
         f.problem("spec.interface", "peer has both peerAddress and interface specified")
     source = f.ip(spec, "sourceAddress", "spec.sourceAddress", "source IP")
     router_id = f.ip(spec, "routerID", "spec.routerID", "router ID")
+    return peer_address, interface, source, router_id
+
+
+def parse_bgppeer(obj: Mapping[str, Any]) -> tuple[model.BGPPeer | None, list[Problem]]:
+    """v1beta2 and v1beta1 share field names; v1beta1's fields are a subset, parsed the same."""
+    started = _start(obj, model.BGP_PEER)
+    if started is None:
+        return None, _not_an_object(model.BGP_PEER)
+    f, metadata, spec = started
+    labels = f.labels(metadata)
+
+    my_asn, peer_asn, dynamic_asn, local_asn = _peer_asns(f, spec)
+    multihop = f.boolean(spec, "ebgpMultiHop", "spec.ebgpMultiHop", False)
+    if multihop and my_asn is not None and peer_asn == my_asn:
+        f.problem("spec.ebgpMultiHop", "invalid ebgpMultiHop for an iBGP peer (peerASN == myASN)")
+
+    peer_address, interface, source, router_id = _peer_addresses(f, spec)
     port = f.integer(spec, "peerPort", "spec.peerPort", low=0, high=16384)
 
     hold, keepalive = _timers(

@@ -131,10 +131,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "
     return lines
 
 
-def text(view: status_view.View) -> str:
-    lines: list[str] = []
-
-    lines.append("POOLS")
+def _pools_text(view: status_view.View) -> list[str]:
+    lines = ["POOLS"]
     if not view.pools:
         lines.append("  (none: create an IPAddressPool in the MetalLB namespace)")
     rows = []
@@ -158,9 +156,11 @@ def text(view: status_view.View) -> str:
             first = False
     if rows:
         lines += _table(["NAME", "FAMILY", "USAGE", "USED", "ADVERTISED BY", "ADDRESSES"], rows)
+    return lines
 
-    lines.append("")
-    lines.append("SERVICES")
+
+def _services_text(view: status_view.View) -> list[str]:
+    lines = ["SERVICES"]
     if not view.services:
         lines.append("  (no Service of type LoadBalancer)")
     rows = []
@@ -186,9 +186,11 @@ def text(view: status_view.View) -> str:
         )
     if rows:
         lines += _table(["SERVICE", "ADDRESSES", "POOL", "POLICY", "MODE", "ANNOUNCED BY"], rows)
+    return lines
 
-    lines.append("")
-    lines.append("BGP SESSIONS")
+
+def _sessions_text(view: status_view.View) -> list[str]:
+    lines = ["BGP SESSIONS"]
     if not view.sessions:
         lines.append("  (no BGPPeer)")
     rows = [
@@ -205,9 +207,11 @@ def text(view: status_view.View) -> str:
     ]
     if rows:
         lines += _table(["PEER", "ADDRESS", "ASN", "NODE", "BGP", "BFD", "PREFIXES"], rows)
+    return lines
 
-    lines.append("")
-    lines.append("NODES AND MEMBERSHIP")
+
+def _nodes_text(view: status_view.View) -> list[str]:
+    lines = ["NODES AND MEMBERSHIP"]
     rows = []
     for n in view.nodes:
         if n.members is not None:
@@ -242,6 +246,17 @@ def text(view: status_view.View) -> str:
         lines.append("  (no Node)")
     if not view.scrapes:
         lines.append("  (sessions and membership: pass --speaker-metrics URL,... to read speakers)")
+    return lines
+
+
+def text(view: status_view.View) -> str:
+    lines = _pools_text(view)
+    lines.append("")
+    lines += _services_text(view)
+    lines.append("")
+    lines += _sessions_text(view)
+    lines.append("")
+    lines += _nodes_text(view)
 
     pending = [s for s in view.services if s.state != "announced"]
     if pending:

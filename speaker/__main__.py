@@ -40,12 +40,9 @@ def gratuitous_arp_interval(text: str) -> int:
     return seconds
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def _add_node_flags(parser: argparse.ArgumentParser) -> None:
+    """Which node this is, which objects it serves, and where it serves its endpoints."""
     env = os.environ.get
-    parser = argparse.ArgumentParser(
-        prog="ironlb-speaker",
-        description="Announce allocated LoadBalancer addresses from this node (ARP/NDP or BGP).",
-    )
     parser.add_argument(
         "--node-name",
         default=env("NODE_NAME") or env("METALLB_NODE_NAME", ""),
@@ -71,6 +68,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="address of /metrics, /healthz, /readyz and /explain (env METALLB_HOST; the chart "
         "gives the node's own, as MetalLB's does); empty: every address of both families",
     )
+
+
+def _add_membership_flags(parser: argparse.ArgumentParser) -> None:
+    """The membership (memberlist) flags, with --excludel2-path among them."""
+    env = os.environ.get
     parser.add_argument(
         "--ml-bind-addr",
         "--ml-bindaddr",
@@ -84,6 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=int(env("METALLB_ML_BIND_PORT") or 7946),
         help="membership UDP port (env METALLB_ML_BIND_PORT)",
     )
+    # A layer 2 flag, kept among the membership ones so that --help lists flags as it always has.
     parser.add_argument(
         "--excludel2-path",
         default=interfaces.EXCLUDE_CONFIG_PATH,
@@ -104,6 +107,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=sorted(membership_config.PROFILES),
         help="membership timings: ironlb's tuned LAN defaults, or memberlist's (MetalLB's)",
     )
+
+
+def _add_announcing_flags(parser: argparse.ArgumentParser) -> None:
+    """Layer 2 and BGP: whether and how this node announces."""
+    env = os.environ.get
     parser.add_argument(
         "--gratuitous-arp-interval",
         type=gratuitous_arp_interval,
@@ -116,6 +124,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-layer2", action="store_true", help="do not answer ARP/NDP")
     parser.add_argument("--no-bgp", action="store_true", help="do not run BGP")
     parser.add_argument("--ignore-exclude-lb", action="store_true")
+
+
+def _add_datapath_flags(parser: argparse.ArgumentParser) -> None:
+    """ironlb's data-path check, judged before announcing from this node."""
+    env = os.environ.get
     parser.add_argument(
         "--datapath-check",
         default=env("IRONLB_DATAPATH_CHECK", datapath.Check.KUBE_PROXY.value),
@@ -135,6 +148,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=datapath_probing.RATE_PER_S,
         help="healthCheckNodePort probes per second at most, whatever the Service count",
     )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="ironlb-speaker",
+        description="Announce allocated LoadBalancer addresses from this node (ARP/NDP or BGP).",
+    )
+    _add_node_flags(parser)
+    _add_membership_flags(parser)
+    _add_announcing_flags(parser)
+    _add_datapath_flags(parser)
     parser.add_argument(
         "--drain-on-cordon",
         action="store_true",
