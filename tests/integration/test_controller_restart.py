@@ -27,9 +27,15 @@ def lease(test_namespace: str) -> str:
 
 @pytest.fixture
 def replicas(kubeconfig: str, lease: str) -> Iterator[list[Controller]]:
-    """Controllers of one test, all stopped at the end; index 0 is started here."""
+    """Controllers of one test, all stopped at the end; index 0 is started here and holds the
+    Lease. Ready alone does not say so: a standby is ready too (`operator.ready`), and one told
+    to stop before it acquired the Lease never created it (r22: a 404 reading it)."""
     procs = [Controller(kubeconfig, lease_name=lease, lease_duration=3)]
     procs[0].start().wait_ready()
+    support.wait_for(
+        "the first replica to hold the Lease",
+        lambda: any("acquired the leader lease" in line for line in procs[0].log_lines()),
+    )
     try:
         yield procs
     finally:
