@@ -61,6 +61,9 @@ GROUP = "metallb.io"
 SETTLE_READS = 3
 SETTLE_INTERVAL_S = 1.0
 SETTLE_TIMEOUT_S = 60.0
+# How long a settled read with an IPAddressPool whose counters are not written yet is read again
+# for them (see `settle`): a controller that has just started writes them a little later.
+COUNTERS_GRACE_S = 10.0
 DELETE_TIMEOUT_S = 55  # below the lab's 60 s bound on one kubectl process
 
 # The metallb.io kinds a user writes, and the ones the speakers write.
@@ -809,13 +812,19 @@ def settle(
     timeout: float,
     *,
     ready: Callable[[Observation], bool] = lambda _: True,
+    complete: Callable[[Observation], bool] = lambda _: True,
+    grace: float = COUNTERS_GRACE_S,
     reads: int = SETTLE_READS,
     interval: float = SETTLE_INTERVAL_S,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Observation:
     """Read until `reads` consecutive reads are equal and `ready`, `interval` apart, or until
-    `timeout`; the last read, with `settled` saying which."""
+    `timeout`; the last read, with `settled` saying which. A settled read that is not
+    `complete` is read again, `interval` apart, until it is or `grace` (within `timeout`) has
+    passed: equal reads of something not written yet (a MetalLB controller that has just
+    started writes its pools' counters seconds later) are not what the user ends up seeing.
+    After the grace it counts as settled as it is: some configurations get no counters."""
     deadline = clock() + timeout
     last = read()
     streak = 1 if ready(last) else 0
@@ -832,7 +841,21 @@ def settle(
         else:
             streak = 1
         last = current
+    grace_end = min(deadline, clock() + grace)
+    while not complete(last) and clock() < grace_end:
+        sleep(min(interval, grace_end - clock()))
+        last = read()
     return dataclasses.replace(last, settled=True)
+
+
+def counters_written(observation: Observation) -> bool:
+    """Whether every IPAddressPool in `observation` has all its status counters."""
+    return all(
+        value is not None
+        for key, view in observation.objects.items()
+        if key.startswith("IPAddressPool/")
+        for _, value in view.status
+    )
 
 
 def endpoints_ready(expected: Mapping[str, tuple[str, ...]]) -> Callable[[Observation], bool]:
@@ -911,6 +934,7 @@ def run_case(
                     read,
                     settle_timeout,
                     ready=endpoints_ready(expected_endpoints(made.values())),
+                    complete=counters_written,
                     reads=reads,
                     interval=interval,
                     sleep=sleep,

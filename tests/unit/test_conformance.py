@@ -505,6 +505,48 @@ def test_not_ready_reads_do_not_count() -> None:
     assert clock.now == pytest.approx(5.0)  # ready from t=3, then two more equal reads
 
 
+def pool_reader(written_at: float, clock: Clock) -> Any:
+    """Reads of one IPAddressPool whose counters are written from `written_at` on."""
+
+    def read() -> conformance.Observation:
+        counters = (1, 0, 3, 0) if clock.now >= written_at else (None,) * 4
+        status = tuple(zip(conformance.POOL_STATUS_FIELDS, counters, strict=True))
+        return conformance.Observation(
+            objects={"IPAddressPool/p": conformance.ObjectView(status=status)}
+        )
+
+    return read
+
+
+def test_equal_reads_of_unwritten_counters_wait_for_them() -> None:
+    """r22: MetalLB's controller, just started, had not written a pool's counters for three
+    reads a second apart; that counted as settled and differed from ironlb's."""
+    clock = Clock()
+    seen = conformance.settle(
+        pool_reader(6.0, clock),
+        60,
+        complete=conformance.counters_written,
+        sleep=clock.sleep,
+        clock=clock.monotonic,
+    )
+    assert seen.settled and conformance.counters_written(seen)
+    assert clock.now == pytest.approx(6.0)
+
+
+def test_counters_never_written_settle_after_the_grace() -> None:
+    clock = Clock()
+    seen = conformance.settle(
+        pool_reader(1000.0, clock),
+        60,
+        complete=conformance.counters_written,
+        grace=10.0,
+        sleep=clock.sleep,
+        clock=clock.monotonic,
+    )
+    assert seen.settled and not conformance.counters_written(seen)
+    assert clock.now == pytest.approx(12.0)  # settled at 2 s, then the 10 s grace
+
+
 def test_endpoints_ready_wants_the_declared_nodes() -> None:
     ready = conformance.endpoints_ready({f"{NS}/web": ("node1",)})
     assert not ready(base())
