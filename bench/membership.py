@@ -480,7 +480,9 @@ def soak(g: Group, seconds: float) -> dict[str, Any]:
     }
 
 
-def simulate(n: int, loss: float, soak_seconds: float, count: int, seed: int) -> dict[str, Any]:
+def simulate(
+    n: int, loss: float, soak_seconds: float, count: int, seed: int, host: Any = None
+) -> dict[str, Any]:
     """The N-member group at `loss`, on a simulated clock: a soak, then `count` link cuts.
 
     Real: the whole protocol, i.e. every member is a `machine.Machine` at the default timings,
@@ -497,7 +499,7 @@ def simulate(n: int, loss: float, soak_seconds: float, count: int, seed: int) ->
 
     began = time.process_time()
     rng = random.Random(seed)
-    net = sim.Network(seed, loss=loss)
+    net = sim.Network(seed, loss=loss, host=host)
     names = [f"m{i}" for i in range(n)]
     for name in names:
         net.add(name, seeds=[s for s in names[:2] if s != name and s in net.nodes])

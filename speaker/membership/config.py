@@ -32,6 +32,11 @@ class Config:
     suspicion_max_mult: float = 4.0
     # Independent confirmations that shrink a suspicion from its maximum to its minimum.
     suspicion_confirmations: int = 2
+    # How many members check a suspicion someone else raised at once, ahead of their
+    # round-robin (chosen by a hash of the suspect, its incarnation and the member's name, so
+    # every member knows whether it is one of them). Their failed probes are the confirmations;
+    # every other member waits. All N - 1 at once flood a live suspect at N = 100.
+    suspect_checkers: int = 3
     # A gossiped update is retransmitted retransmit_mult * ceil(log10(n + 1)) times.
     retransmit_mult: int = 4
     # Pending updates are pushed to gossip_nodes random members every gossip_interval; a new
@@ -116,6 +121,8 @@ def validate(config: Config) -> list[Problem]:
         bad("suspicion_max_mult", "must be at least 1")
     if config.suspicion_confirmations < 0:
         bad("suspicion_confirmations", "must not be negative")
+    if config.suspect_checkers < 0:
+        bad("suspect_checkers", "must not be negative")
     if config.retransmit_mult < 1:
         bad("retransmit_mult", "must be at least 1")
     if config.gossip_nodes < 1:

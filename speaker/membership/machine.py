@@ -44,6 +44,7 @@ What it implements, and where it departs from memberlist:
 from __future__ import annotations
 
 import enum
+import hashlib
 import math
 import random
 from dataclasses import dataclass, field
@@ -122,6 +123,10 @@ class _Suspicion:
     confirmations: int = 0
     # When to remind the suspect again: it is the one who can end this.
     nudge_at: float = INF
+    # Whether we accused it or were chosen to check it: we remind it every gossip_interval.
+    # Every other member reminds it only now and then (`_quiet_nudge_period`), so that a
+    # suspicion at N = 100 does not send the suspect a thousand datagrams a second.
+    close: bool = False
 
     def deadline(self) -> float:
         return self.start + cfg.lifeguard_timeout(self.low, self.high, self.k, self.confirmations)
@@ -465,20 +470,28 @@ class Machine:
             suspicion = self._suspicions[message.name]
             if suspicion.confirm(message.origin):
                 self._queue_put(now, message)
+            if message.origin == self.name and not suspicion.close:
+                # Our own probe failed too: we are an accuser now, and remind it as one.
+                suspicion.close = True
+                suspicion.nudge_at = min(suspicion.nudge_at, now + self.config.gossip_interval)
             return
         n = sum(1 for mem in self._members.values() if mem.state <= m.State.SUSPECT) + 1
         low, high = cfg.suspicion_bounds(self.config, n)
         k = min(self.config.suspicion_confirmations, max(n - 2, 0))
-        suspicion = _Suspicion(now, low, high, k, nudge_at=now + self.config.gossip_interval)
+        ours = message.origin == self.name
+        checker = not ours and self._checks(message.name, message.incarnation, message.origin)
+        close = ours or checker
+        nudge_in = self.config.gossip_interval if close else self._quiet_nudge_period(low)
+        suspicion = _Suspicion(now, low, high, k, nudge_at=now + nudge_in, close=close)
         if message.origin:
             suspicion.seen.add(message.origin)
         self._suspicions[message.name] = suspicion
         member.incarnation = message.incarnation
         member.state = m.State.SUSPECT
         member.since = now
-        if message.origin == self.name:
+        if ours:
             self.stats.suspicions_raised += 1
-        else:
+        elif checker:
             self._probe_soon(now, message.name)
         # Relayed suspicions from a push-pull are re-gossiped under our name so that the
         # suspected member hears of them and refutes.
@@ -540,12 +553,48 @@ class Machine:
         # Bounded per round, so that suspecting half of a large group at once (a partition)
         # does not turn into a burst of datagrams; the others wait for the next round.
         for _, name in sorted(due)[:_NUDGES_PER_ROUND]:
-            # A hair later than the skipped ones, so that those go first next round.
-            self._suspicions[name].nudge_at = now + self.config.gossip_interval * 1.01
+            suspicion = self._suspicions[name]
+            if suspicion.close:
+                # A hair later than the skipped ones, so that those go first next round.
+                suspicion.nudge_at = now + self.config.gossip_interval * 1.01
+            else:
+                suspicion.nudge_at = now + self._quiet_nudge_period(suspicion.low)
             member = self._members[name]
             self._send(member.address, [m.Suspect(member.incarnation, name, self.name)])
         for _, name in sorted(due)[_NUDGES_PER_ROUND:]:
             self._suspicions[name].nudge_at = now + self.config.gossip_interval
+
+    def _quiet_nudge_period(self, low: float) -> float:
+        """How often a member that neither accused a suspect nor was asked to check it reminds
+        it: half the shortest suspicion, so that each such member still asks the suspect itself
+        at least once before its own timer can expire, in case gossip never brings the
+        refutation; by then it usually has, and most of them never send one."""
+        return max(low / 2, self.config.gossip_interval)
+
+    def _checks(self, suspect: str, incarnation: int, origin: str) -> bool:
+        """Whether we are one of the `suspect_checkers` members that check a suspicion raised
+        by someone else at once: those whose hash of (suspect, incarnation, name) is smallest
+        among the live members other than the suspect and its accuser. Every member ranks the
+        same way without a message, and each incarnation (each new suspicion after a
+        refutation) picks other checkers."""
+        wanted = self.config.suspect_checkers
+        if wanted <= 0:
+            return False
+        prefix = f"{suspect}\0{incarnation}\0".encode()
+
+        def rank(name: str) -> bytes:
+            return hashlib.blake2b(prefix + name.encode(), digest_size=8).digest()
+
+        ours = rank(self.name)
+        ahead = 0
+        for name, member in self._members.items():
+            if name in (suspect, origin) or member.state > m.State.SUSPECT:
+                continue
+            if rank(name) < ours:
+                ahead += 1
+                if ahead >= wanted:
+                    return False
+        return True
 
     def _declare_dead(self, now: float, name: str) -> None:
         member = self._members[name]
@@ -685,9 +734,11 @@ class Machine:
         ]
         targets = self.rng.sample(candidates, min(self.config.gossip_nodes, len(candidates)))
         for pending in self._queue.pending():
-            # The suspected member must hear of it: it is the one who can refute.
-            suspected = isinstance(pending, m.Suspect) and pending.name not in targets
-            if suspected and self._probeable(pending.name):
+            # The suspected member must hear of our own accusation: it is the one who can
+            # refute. Accusations we only pass on reach it from their accuser (and from our
+            # reminders); sending it every copy would flood it at N = 100.
+            ours = isinstance(pending, m.Suspect) and pending.origin == self.name
+            if ours and pending.name not in targets and self._probeable(pending.name):
                 targets.append(pending.name)
         limit = cfg.retransmit_limit(self.config, self._live_count())
         for target in targets:

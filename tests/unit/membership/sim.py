@@ -3,10 +3,16 @@ partitions, killed members and slow members.
 
 Every packet goes through the real codec, so a message the machine cannot encode, or that does
 not fit a datagram, fails the simulation rather than passing silently.
+
+With a `Host` the members also share the host's CPU as real processes do: each datagram and
+timer costs CPU time, a member handles one at a time, every member waits for one of the host's
+cores, and a member's socket holds a bounded number of datagrams (the kernel drops the rest).
+Without it every member handles every event the instant it is due.
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 import random
 from collections.abc import Iterable
@@ -34,6 +40,41 @@ class SimNode:
     scheduled: float = float("inf")
     # `Change`, not `machine.Change`: in this class body `machine` is the field above.
     log: list[tuple[float, Change]] = field(default_factory=list)
+    # With a Host: datagrams waiting in the socket, a timer that is due, on a core or queued.
+    inbox: collections.deque[tuple[m.Address, bytes]] = field(default_factory=collections.deque)
+    tick_due: bool = False
+    busy: bool = False
+    runnable: bool = False
+    # Stopped (SIGSTOP): holds no core, its socket fills, its timers wait.
+    stopped: bool = False
+
+
+@dataclass(frozen=True)
+class Host:
+    """The CPU and sockets the members share (`Network(host=...)`).
+
+    Costs are CPU seconds per event of one `python -m speaker.membership` process: decrypting,
+    decoding, the machine, encoding, encrypting, the system calls and asyncio's loop around them.
+    They are calibrated on the real processes: at N = 100 and 2% loss these costs put each
+    simulated member at 0.57% of a core, and bench.membership measured 0.61% for the real ones
+    (`/proc/<pid>/stat`, docs/membership.md); the machine and codec alone take 46 us a ping.
+    `rcvbuf` is how many datagrams a member's socket holds (Linux's default 212,992-byte receive
+    buffer over the 768 to 2,304 bytes each small datagram is charged): a member further behind
+    loses the rest, as on a real host. `busy` is the fraction of each core other processes take
+    (the benchmark itself, the kernel, whatever else runs).
+    """
+
+    cores: int = 2
+    per_datagram: float = 0.0003
+    per_timer: float = 0.00015
+    per_send: float = 0.0001
+    rcvbuf: int = 200
+    busy: float = 0.0
+
+
+# A benchmark's host: two cores, a fifth of each taken by other processes (the run that found
+# the false deaths at N = 100 had the host 37% busy, the members' own 0.6 cores included).
+BUSY_TWO_CORES = Host(busy=0.2)
 
 
 class Network:
@@ -44,8 +85,14 @@ class Network:
         *,
         loss: float = 0.0,
         delay: tuple[float, float] = (0.0002, 0.002),
+        host: Host | None = None,
     ) -> None:
         self.rng = random.Random(seed)
+        self.host = host
+        self.overflows = 0  # datagrams a full socket dropped (with a Host)
+        self.cpu_seconds = 0.0  # CPU the members used (with a Host)
+        self._free_cores = host.cores if host is not None else 0
+        self._run_queue: collections.deque[str] = collections.deque()
         self.config = config
         self.loss = loss
         self.delay = delay
@@ -82,6 +129,16 @@ class Network:
             self.add(name, seeds=names[:1] if i else ())
         return names
 
+    def start_in_batches(self, n: int, batch: int = 10, prefix: str = "m") -> list[str]:
+        """n members started `batch` at a time, a second apart, through the first two, as
+        bench.membership starts real ones (a hundred at once would starve a shared host)."""
+        names = [f"{prefix}{i}" for i in range(n)]
+        for first in range(0, n, batch):
+            for name in names[first : first + batch]:
+                self.add(name, seeds=[s for s in names[:2] if s != name and s in self.nodes])
+            self.run_for(1.0)
+        return names
+
     # --- faults --------------------------------------------------------------------------------
 
     def kill(self, name: str) -> None:
@@ -95,6 +152,15 @@ class Network:
 
     def heal(self) -> None:
         self.groups = None
+
+    def stop(self, name: str) -> None:
+        """SIGSTOP: the member keeps its socket (which fills) and its timers (which wait)."""
+        self.nodes[name].stopped = True
+
+    def resume(self, name: str) -> None:
+        node = self.nodes[name]
+        node.stopped = False
+        self._ready(node)
 
     def leave(self, name: str) -> None:
         node = self.nodes[name]
@@ -111,6 +177,9 @@ class Network:
         while self._events and self._events[0][0] <= until:
             at, _, kind, payload = heapq.heappop(self._events)
             self.now = at
+            if self.host is not None:
+                self._host_event(kind, payload)
+                continue
             if kind == "tick":
                 name, token = cast(tuple[str, int], payload)
                 node = self.nodes[name]
@@ -130,6 +199,73 @@ class Network:
     def run_for(self, seconds: float) -> None:
         self.run_until(self.now + seconds)
 
+    # --- the shared host (Host) ---------------------------------------------------------------
+
+    def _host_event(self, kind: str, payload: object) -> None:
+        assert self.host is not None
+        if kind == "tick":
+            name, token = cast(tuple[str, int], payload)
+            node = self.nodes[name]
+            if node.running and token == node.token:
+                node.tick_due = True
+                self._ready(node)
+        elif kind == "packet":
+            source, name, packet = cast(tuple[m.Address, str, bytes], payload)
+            node = self.nodes[name]
+            if not node.running:
+                return
+            if len(node.inbox) >= self.host.rcvbuf:
+                self.overflows += 1
+                return
+            node.inbox.append((source, packet))
+            self._ready(node)
+        else:  # "done": the member's event is handled and its core is free
+            node = self.nodes[cast(str, payload)]
+            node.busy = False
+            self._free_cores += 1
+            self._ready(node)
+        self._dispatch()
+
+    def _ready(self, node: SimNode) -> None:
+        has_work = node.tick_due or bool(node.inbox)
+        if node.running and has_work and not node.busy and not node.runnable and not node.stopped:
+            node.runnable = True
+            self._run_queue.append(node.name)
+
+    def _dispatch(self) -> None:
+        """Hand free cores to waiting members, first come first served, one event each (a
+        member that still has work goes to the back of the queue, as the scheduler rotates
+        runnable processes)."""
+        assert self.host is not None
+        while self._free_cores and self._run_queue:
+            node = self.nodes[self._run_queue.popleft()]
+            node.runnable = False
+            if not node.running or node.stopped:
+                continue
+            # asyncio reads the socket before it runs the timers that are due.
+            if node.inbox:
+                source, packet = node.inbox.popleft()
+                decoded = codec.decode(packet)
+                assert not isinstance(decoded, codec.Drop), decoded
+                self.delivered += 1
+                output = node.machine.receive(self.now, source, decoded)
+                cost = self.host.per_datagram
+            elif node.tick_due:
+                node.tick_due = False
+                node.scheduled = float("inf")
+                output = node.machine.tick(self.now)
+                cost = self.host.per_timer
+            else:
+                continue
+            cost += self.host.per_send * len(output.sends)
+            cost /= 1.0 - self.host.busy
+            self.cpu_seconds += cost
+            node.busy = True
+            self._free_cores -= 1
+            # Its datagrams leave, and its next timer is set, when the work is done.
+            self._push(self.now + cost, "done", node.name)
+            self._apply(node, output, at=self.now + cost)
+
     def _push(self, at: float, kind: str, payload: object) -> None:
         self._counter += 1
         heapq.heappush(self._events, (at, self._counter, kind, payload))
@@ -137,7 +273,8 @@ class Network:
     def _blocked(self, a: str, b: str) -> bool:
         return self.groups is not None and self.groups.get(a, -1) != self.groups.get(b, -2)
 
-    def _apply(self, node: SimNode, output: machine.Output) -> None:
+    def _apply(self, node: SimNode, output: machine.Output, at: float | None = None) -> None:
+        now = self.now if at is None else at
         for change in output.changes:
             node.log.append((self.now, change))
         for send in output.sends:
@@ -150,12 +287,12 @@ class Network:
                 continue
             receiver = self.nodes[target]
             latency = self.rng.uniform(*self.delay) + receiver.lag + receiver.inbound_lag
-            self._push(self.now + latency, "packet", (node.address, target, send.packet))
+            self._push(now + latency, "packet", (node.address, target, send.packet))
         deadline = node.machine.next_deadline()
         if deadline != node.scheduled and deadline != float("inf"):
             node.token += 1
             node.scheduled = deadline
-            self._push(max(deadline, self.now) + node.lag, "tick", (node.name, node.token))
+            self._push(max(deadline, now) + node.lag, "tick", (node.name, node.token))
 
     # --- observing -----------------------------------------------------------------------------
 

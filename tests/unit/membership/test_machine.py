@@ -259,8 +259,9 @@ def test_join_retries_seeds_until_someone_answers() -> None:
     assert a._next_join_at == machine.INF
 
 
-def test_hearing_of_a_suspicion_makes_us_probe_the_suspect_next() -> None:
-    a = make("a", 1)
+def test_a_checker_of_a_suspicion_probes_the_suspect_next() -> None:
+    # Every member a checker: `a` is one whoever the hash picks.
+    a = make("a", 1, config=CONFIG.replace(suspect_checkers=100))
     know(a, *[(f"m{i}", i) for i in range(2, 10)])
     while a._next_gossip_at == 0.0:
         a.tick(0.0)  # let the introductions go out
@@ -270,3 +271,68 @@ def test_hearing_of_a_suspicion_makes_us_probe_the_suspect_next() -> None:
     while not pings:
         pings = primary(a.tick(a.next_deadline()), m.Ping)
     assert pings[0] == (address(7), m.Ping(pings[0][1].seq, "m7"))  # type: ignore[union-attr]
+
+
+def test_a_member_that_is_no_checker_leaves_the_suspect_to_its_round_robin() -> None:
+    a = make("a", 1, config=CONFIG.replace(suspect_checkers=0))
+    know(a, *[(f"m{i}", i) for i in range(2, 10)])
+    while a._next_gossip_at == 0.0:
+        a.tick(0.0)
+    order = list(a._probe_order)
+    a.receive(0.01, address(3), (m.Suspect(0, "m7", "m3"),))
+    assert a._probe_order == order
+
+
+def group_views(n: int, config: cfg.Config = CONFIG) -> dict[str, machine.Machine]:
+    """n machines, each knowing every other as alive."""
+    names = [(f"m{i}", i) for i in range(1, n + 1)]
+    views = {}
+    for name, i in names:
+        member = make(name, i, config=config)
+        know(member, *[(x, j) for x, j in names if x != name])
+        views[name] = member
+    return views
+
+
+def test_exactly_the_configured_number_of_members_check_each_suspicion() -> None:
+    views = group_views(20)
+    chosen: set[str] = set()
+    for suspect, origin, incarnation in [("m5", "m9", 0), ("m5", "m9", 1), ("m12", "", 3)]:
+        checkers = {
+            name
+            for name, member in views.items()
+            if name not in (suspect, origin) and member._checks(suspect, incarnation, origin)
+        }
+        assert len(checkers) == CONFIG.suspect_checkers, (suspect, incarnation)
+        chosen |= checkers
+    # Each new suspicion (a new incarnation) asks other members: no member is everyone's checker.
+    assert len(chosen) > CONFIG.suspect_checkers
+
+
+def reminders(member: machine.Machine, suspect: m.Address, until: float) -> int:
+    sent = 0
+    now = member.next_deadline()
+    while now <= until:
+        out = member.tick(now)
+        sent += sum(
+            1
+            for s in out.sends
+            if s.address == suspect and primary(machine.Output(sends=(s,)), m.Suspect)
+        )
+        now = member.next_deadline()
+    return sent
+
+
+def test_only_accusers_and_checkers_remind_a_suspect_every_gossip_interval() -> None:
+    # At N = 20, S_min = 2 * log10(20) * 0.2 s = 0.52 s: a bystander reminds the suspect every
+    # 0.26 s, a checker every 0.1 s. Nobody refutes here, so both keep reminding.
+    counts = {}
+    for checkers in (0, 100):
+        views = group_views(20, CONFIG.replace(suspect_checkers=checkers))
+        a = views["m1"]
+        a.tick(0.0)
+        a.receive(0.0, address(3), (m.Suspect(0, "m7", "m3"),))
+        counts[checkers] = reminders(a, address(7), 1.0)
+    low, _ = cfg.suspicion_bounds(CONFIG, 20)
+    assert 1 <= counts[0] <= 1.0 / (low / 2) + 1
+    assert counts[100] >= 1.0 / CONFIG.gossip_interval - 1

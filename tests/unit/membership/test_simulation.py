@@ -89,6 +89,59 @@ def test_a_control_group_without_lifeguard_margins_does_fail() -> None:
     assert any(network.ever_dead(n) for n in names)
 
 
+def cut_links_on_a_busy_host(config: cfg.Config, cuts: int) -> tuple[list[str], int]:
+    """100 members sharing two busy cores at 2% loss; `cuts` link cuts, each healed once every
+    other member has declared its victim dead. Returns the members other than the victims that
+    anyone declared dead, and the datagrams full sockets dropped."""
+    network = sim.Network(3, config, loss=0.02, host=sim.BUSY_TWO_CORES)
+    names = network.start_in_batches(100)
+    network.run_for(10)
+    victims = [names[(t * 3 + 2) % 100] for t in range(cuts)]
+    for victim in victims:
+        others = [x for x in names if x != victim]
+        network.partition(others)
+        for _ in range(200):  # bounded: 10 simulated seconds
+            if network.all_see(victim, GONE, others):
+                break
+            network.run_for(0.05)
+        assert network.all_see(victim, GONE, others), victim
+        network.heal()
+        network.run_for(5)
+        assert converged(network, names)
+    harmed = [n for n in names if n not in victims and network.ever_dead(n)]
+    return harmed, network.overflows
+
+
+def test_a_link_cut_at_100_members_on_a_busy_host_declares_nobody_else_dead() -> None:
+    harmed, _ = cut_links_on_a_busy_host(cfg.DEFAULT, cuts=2)
+    assert harmed == []
+
+
+def test_a_control_group_where_every_member_checks_each_suspicion_does_fail() -> None:
+    # The same cuts when every member that hears of a suspicion probes the suspect at once (the
+    # rule before suspect_checkers): the suspects are flooded, their sockets overflow, and
+    # healthy members die. So the test above is able to see it.
+    harmed, overflows = cut_links_on_a_busy_host(cfg.DEFAULT.replace(suspect_checkers=1000), 2)
+    assert harmed != []
+    assert overflows > 0
+
+
+def test_a_member_stopped_for_two_seconds_harms_nobody_else() -> None:
+    network = sim.Network(4, loss=0.02, host=sim.BUSY_TWO_CORES)
+    names = network.start_in_batches(100)
+    network.run_for(10)
+    starved = "m40"
+    network.stop(starved)  # SIGSTOP: its socket fills, its timers wait
+    network.run_for(2.0)
+    network.resume(starved)
+    network.run_for(8)
+    assert [n for n in names if n != starved and network.ever_dead(n)] == []
+    # It was declared dead (two seconds is longer than detection) and came back on its own.
+    assert network.ever_dead(starved) != []
+    assert network.nodes[starved].machine.incarnation > 0
+    assert converged(network, names)
+
+
 def test_partitioned_member_refutes_suspicion_after_the_partition_heals() -> None:
     network = sim.Network(5)
     names = network.cluster(8)
