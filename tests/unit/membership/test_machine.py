@@ -336,3 +336,33 @@ def test_only_accusers_and_checkers_remind_a_suspect_every_gossip_interval() -> 
     low, _ = cfg.suspicion_bounds(CONFIG, 20)
     assert 1 <= counts[0] <= 1.0 / (low / 2) + 1
     assert counts[100] >= 1.0 / CONFIG.gossip_interval - 1
+
+
+def reconnect_rounds(a: machine.Machine, dead: m.Address, rounds: int) -> int:
+    """How many of `rounds` reconnect rounds sent our state to the dead member."""
+    tried = 0
+    for r in range(1, rounds + 1):
+        now = r * CONFIG.reconnect_interval
+        a._next_reconnect_at = now  # only the reconnect is due here
+        a._reconnect(now)
+        out = a._flush()
+        tried += any(s.address == dead for s in out.sends)
+    return tried
+
+
+def test_a_dead_member_gets_a_few_reconnects_a_round_from_a_large_group() -> None:
+    # 99 live members and one dead: each member tries it with probability 3 / 100 a round, so
+    # the dead member gets about three full states a round, not 99 (which overloaded it at
+    # N = 100 the moment its link came back).
+    a = make("a", 1)
+    know(a, *[(f"m{i}", i) for i in range(2, 101)])
+    a.receive(0.0, address(2), (m.Dead(0, "m50", "m2"),))
+    tried = reconnect_rounds(a, address(50), 400)
+    assert 2 <= tried <= 30  # expected 12 of 400 rounds
+
+
+def test_a_member_alone_tries_a_dead_member_every_round() -> None:
+    a = make("a", 1)
+    know(a, ("b", 2))
+    a.receive(0.0, address(2), (m.Dead(0, "b", "a"),))
+    assert reconnect_rounds(a, address(2), 20) == 20
