@@ -102,6 +102,7 @@ class Stats:
     self_refutations: int = 0
     deaths_declared: int = 0
     late_ticks: int = 0
+    suspicions_withheld: int = 0  # failed probes while we were slow: suspected privately
 
 
 @dataclass(slots=True)
@@ -691,12 +692,39 @@ class Machine:
             return
         self._probe = None
         self.stats.probes_failed += 1
+        # A member that is itself slow stops accusing (Lifeguard): when our own health was
+        # already degraded, or none of the helpers' nacks reached us (we are more likely the
+        # one cut off than the target), the failed probe makes a private suspicion. We still
+        # ask the suspect, who refutes if it is alive, and a dead one still dies when its
+        # timer runs out; but the group does not hear it, nor count it as a confirmation.
+        # Otherwise a busy host (everyone's acks late) turns into accusations that make it
+        # busier, and a member back from a cut link accuses whoever it failed to reach.
+        slow = self.awareness > 0 or (probe.expected_nacks > 0 and probe.nacks == 0)
         if probe.expected_nacks:
             self._raise_awareness(probe.expected_nacks - probe.nacks)
         else:
             self._raise_awareness(1)
         target = self._members[probe.target]
-        self._on_suspect(now, m.Suspect(target.incarnation, probe.target, self.name))
+        accusation = m.Suspect(target.incarnation, probe.target, self.name)
+        if slow:
+            self.stats.suspicions_withheld += 1
+            self._suspect_privately(now, accusation)
+        else:
+            self._on_suspect(now, accusation)
+
+    def _suspect_privately(self, now: float, accusation: m.Suspect) -> None:
+        member = self._members[accusation.name]
+        if member.state == m.State.SUSPECT:
+            return  # the group's suspicion already runs here; ours adds nothing to it
+        n = self._live_count()
+        low, high = cfg.suspicion_bounds(self.config, n)
+        k = min(self.config.suspicion_confirmations, max(n - 2, 0))
+        # Our own name stays out of `seen`: a failed probe once we are healthy again confirms
+        # it and tells the group.
+        self._suspicions[accusation.name] = _Suspicion(now, low, high, k, nudge_at=now, close=True)
+        member.state = m.State.SUSPECT
+        member.since = now
+        self._changed(accusation.name)
 
     # --- dissemination -------------------------------------------------------------------------
 

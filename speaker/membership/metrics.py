@@ -74,6 +74,11 @@ class Collector(prom_registry.Collector):
         yield refuted
         yield counter("deaths_declared", "Members this one declared dead.", stats.deaths_declared)
         yield counter("late_timers", "Timers that fired late (local slowness).", stats.late_ticks)
+        yield counter(
+            "suspicions_withheld",
+            "Failed probes while this member was itself slow: suspected privately, not gossiped.",
+            stats.suspicions_withheld,
+        )
         yield GaugeMetricFamily(
             PREFIX + "health_score",
             "Lifeguard local health (0 = healthy).",

@@ -53,14 +53,21 @@ def eventually(predicate: Callable[[], bool], what: str, timeout: float = EVENTU
 
 
 class Member:
-    def __init__(self, name: str, address: str, argv_prefix: list[str], args: list[str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        argv_prefix: list[str],
+        args: list[str],
+        command: tuple[str, ...] = (sys.executable, "-m", "speaker.membership"),
+    ) -> None:
         self.name = name
         self.address = address
         self.view: dict[str, str] = {}
         self.events: list[dict[str, object]] = []
         self.lock = threading.Lock()
         self.process = subprocess.Popen(
-            [*argv_prefix, sys.executable, "-m", "speaker.membership", f"--name={name}", *args],
+            [*argv_prefix, *command, f"--name={name}", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -145,6 +152,30 @@ def test_members_join_and_a_sigkilled_member_is_declared_dead(
     eventually(lambda: all_see(others, victim.name, {"dead"}), "all declare the victim dead")
     # Nobody else was harmed, and nobody saw a graceful leave that did not happen.
     assert all(not m.saw(victim.name, "left") for m in others)
+    assert converged(others)
+
+
+def test_the_memberlist_peer_runs_in_the_same_harness(
+    members: list[Member], key_file: Path
+) -> None:
+    # bench.membership's other member process: hashicorp/memberlist as MetalLB runs it, with
+    # our command line and events. Three on loopback form a group and declare a SIGKILLed one
+    # dead; memberlist's LAN timings take seconds, hence the longer limit.
+    from hack import memberlist_peer
+
+    command = (str(memberlist_peer.ensure_built()),)
+    ports = [free_tcp_port() for _ in range(3)]
+    group = []
+    for i, port in enumerate(ports):
+        seed = [f"--seed=127.0.0.1:{ports[0]}"] if i else []
+        args = [f"--bind=127.0.0.1:{port}", f"--key-file={key_file}", *seed]
+        group.append(Member(f"g{i + 1}", f"127.0.0.1:{port}", [], args, command))
+    members.extend(group)
+    eventually(lambda: converged(group), "3 memberlist peers see each other")
+    victim = group[1]
+    victim.process.send_signal(signal.SIGKILL)
+    others = [m for m in group if m is not victim]
+    eventually(lambda: all_see(others, victim.name, {"dead"}), "memberlist declares it dead", 60)
     assert converged(others)
 
 

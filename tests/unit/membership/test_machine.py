@@ -366,3 +366,95 @@ def test_a_member_alone_tries_a_dead_member_every_round() -> None:
     know(a, ("b", 2))
     a.receive(0.0, address(2), (m.Dead(0, "b", "a"),))
     assert reconnect_rounds(a, address(2), 20) == 20
+
+
+def fail_one_probe(a: machine.Machine, nack: bool) -> tuple[str, list[machine.Output]]:
+    """Run `a` until its next probe has failed; the helpers answer with nacks when `nack`.
+    Returns the target and every output from the ping to the verdict."""
+    outputs: list[machine.Output] = []
+    pings: list[tuple[m.Address, m.Message]] = []
+    while not pings:
+        out = a.tick(a.next_deadline())
+        pings = primary(out, m.Ping)
+    outputs.append(out)
+    ping = pings[0][1]
+    assert isinstance(ping, m.Ping)
+    failed = a.stats.probes_failed
+    while a.stats.probes_failed == failed:
+        now = a.next_deadline()
+        out = a.tick(now)
+        outputs.append(out)
+        if nack:
+            for _, indirect in primary(out, m.IndirectPing):
+                assert isinstance(indirect, m.IndirectPing)
+                a.receive(now, address(99), (m.Nack(indirect.seq),))
+    return ping.target, outputs
+
+
+def gossiped_suspects(
+    a: machine.Machine, target: str, until: float, since: list[machine.Output]
+) -> list[m.Address]:
+    """Where `a` sends a Suspect of target by `a` (in `since`, then until then), to anyone but
+    target."""
+    outputs = list(since)
+    now = a.next_deadline()
+    while now <= until:
+        outputs.append(a.tick(now))
+        now = a.next_deadline()
+    seen = [
+        send.address
+        for out in outputs
+        for send in out.sends
+        for x in messages(send)
+        if isinstance(x, m.Suspect) and x.name == target and x.origin == "a"
+    ]
+    return [s for s in seen if s != address(int(target[1:]))]
+
+
+def test_a_healthy_member_whose_probe_failed_tells_the_group() -> None:
+    a = make("a", 1)
+    know(a, *[(f"m{i}", i) for i in range(2, 10)])
+    target, outputs = fail_one_probe(a, nack=True)
+    assert a.states()[target] == m.State.SUSPECT
+    assert a.stats.suspicions_raised == 1 and a.stats.suspicions_withheld == 0
+    assert gossiped_suspects(a, target, a.next_deadline() + 0.3, outputs[-1:]) != []
+
+
+def test_a_member_that_heard_no_helper_suspects_privately_and_still_asks_the_suspect() -> None:
+    a = make("a", 1)
+    know(a, *[(f"m{i}", i) for i in range(2, 10)])
+    target, _ = fail_one_probe(a, nack=False)  # nobody answered: probably we are cut off
+    assert a.states()[target] == m.State.SUSPECT
+    assert a.stats.suspicions_raised == 0 and a.stats.suspicions_withheld == 1
+    reminded = []
+    now = a.next_deadline()
+    while now <= 0.5 + a._suspicions[target].start:
+        for send in a.tick(now).sends:
+            reminded += [x for x in messages(send) if isinstance(x, m.Suspect)]
+        now = a.next_deadline()
+    assert {(x.name, x.origin) for x in reminded} == {(target, "a")}
+    # Told only to the suspect itself: the group never hears this accusation.
+    a2 = make("a", 1)
+    know(a2, *[(f"m{i}", i) for i in range(2, 10)])
+    target2, outputs = fail_one_probe(a2, nack=False)
+    assert gossiped_suspects(a2, target2, a2.next_deadline() + 1.0, outputs[-1:]) == []
+
+
+def test_a_member_already_slow_withholds_even_when_helpers_answered() -> None:
+    a = make("a", 1)
+    know(a, *[(f"m{i}", i) for i in range(2, 10)])
+    a.awareness = 2  # e.g. its timers fired late
+    fail_one_probe(a, nack=True)
+    assert a.stats.suspicions_raised == 0 and a.stats.suspicions_withheld == 1
+
+
+def test_a_private_suspicion_of_a_dead_member_still_ends_in_its_death() -> None:
+    a = make("a", 1)
+    know(a, ("b", 2), ("c", 3))
+    target = ""
+    while not target or a.stats.suspicions_withheld == 0:
+        target, _ = fail_one_probe(a, nack=False)
+    deadline = a._suspicions[target].deadline()
+    while a.states()[target] == m.State.SUSPECT and a.next_deadline() <= deadline + 1:
+        a.tick(a.next_deadline())
+    assert a.states()[target] == m.State.DEAD
