@@ -1,29 +1,40 @@
-"""Membership failover benchmark: real member processes, real kills, real link cuts.
+"""Membership failover benchmark: real member processes, real kills, real link cuts, ours beside
+hashicorp/memberlist as MetalLB's speaker runs it.
 
-Each member is `python -m speaker.membership` in its own network namespace (`ilbm-<run>-<i>`),
-joined to the others by a veth into a bridge namespace (`ilbm-<run>-sw`); addresses are in
-10.231.0.0/16 and exist only inside those namespaces. Measured, for each N:
+Each member is a process in its own network namespace (`ilbm-<run>-<i>`), joined to the others
+by a veth into a bridge namespace (`ilbm-<run>-sw`); addresses are in 10.231.0.0/16 and exist
+only inside those namespaces. The member is ours (`python -m speaker.membership`) or
+memberlist's (`hack.memberlist_peer`: hashicorp/memberlist at the version MetalLB's go.mod
+selects, with MetalLB's configuration), which takes the same command line and prints the same
+events, so both are run and judged by the same code. Measured:
 
 - kill: SIGKILL a member; time until every other member has reported it dead;
 - linkcut: `ip link set eth0 down` inside the member's namespace (the process keeps running but
   is cut off); time until every other member has reported it dead;
-- leave: SIGTERM (graceful leave); time until every other member has reported it left;
-- the large group (N = 100 by default, `--soak-size`) at 2% loss on every datagram: a soak (any
-  member reported dead is a false positive; CPU per member from /proc/<pid>/stat, and how busy
-  the whole host was), then link cuts in it, each watched for false positives too;
-- the same large group in simulation (`simulate`): the real state machine and codec on a
-  simulated clock and network, free of the host's load.
+- leave (ours only: memberlist's events do not tell a leave from a death): SIGTERM; time until
+  every other member has reported it left;
+- the large group (N = 100, `--soak-size`) at 2% loss on every datagram, for each
+  implementation: a soak (any member reported dead is a false positive; CPU per member from
+  /proc/<pid>/stat, and how busy the whole host was), then link cuts, then members stopped
+  (SIGSTOP) for two seconds, each watched for false positives until the group has recovered;
+- ours at N = 100 in simulation (`simulate`): the real state machine and codec on a simulated
+  clock, network and host (CPU per event, two shared cores, bounded sockets).
+
+A false positive is a member other than the fault's victim that some member reported dead or
+left, counted once per member and incarnation; a cut-off victim's own reports are not counted
+(it is alone), a stopped member's are (they would move addresses when it resumes).
 
 Loss injection: this kernel has no `sch_netem` (nor the `gact` action), so `tc netem` cannot be
-used; the members are started with the transport's test hook `--drop-rate 0.02`, which discards
-that fraction of received datagrams before they are opened (each datagram has exactly one
-receiver, so this is 2% loss per datagram).
+used; the members discard 2% of the datagrams they receive before opening them (ours with its
+`--drop-rate` hook, memberlist's in a transport wrapper; each datagram has exactly one receiver,
+so this is 2% loss per datagram).
 
 Times are taken from CLOCK_MONOTONIC, which every process on the host shares: the benchmark
 stamps the fault just before injecting it, members stamp their verdicts when they reach them.
 
-`--quick`: N = 8, 3 trials each (2 leaves), with the large group (10 s soak, 4 link cuts)
-alongside, then 6 simulated link cuts; about two minutes (starting 100 processes is most of it).
+`--quick`: ours at N = 8 (3 kills, 3 link cuts, 2 leaves), memberlist at N = 8 (3 kills, 3 link
+cuts); at N = 100 and 2% loss, ours (10 s soak, 10 link cuts, 3 stopped members) and
+memberlist's (10 s soak, 5 link cuts, 2 stopped); 200 simulated link cuts. One group at a time.
 The last line printed is one JSON object with every figure.
 """
 
@@ -54,6 +65,9 @@ from bench import figures
 ROOT = Path(__file__).resolve().parent.parent
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() else sys.executable
+# The member process: ours, or hashicorp/memberlist as MetalLB configures it (hack.memberlist_peer),
+# which takes the same command line and prints the same events.
+OURS = (PYTHON, "-m", "speaker.membership")
 GONE = {"dead", "left"}
 LIVE = {"alive", "suspect"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -89,8 +103,10 @@ class Group:
         key_file: Path,
         extra: list[str],
         drop_rate: float = 0.0,
+        command: tuple[str, ...] = OURS,
     ) -> None:
         self.run = run
+        self.command = command
         self.switch = f"ilbm-{run}-sw"
         self.key_file = key_file
         self.extra = extra
@@ -170,7 +186,7 @@ class Group:
         seeds = [f"--seed={m.address}:7946" for m in self.members[:2] if m is not member]
         argv = [
             "ip", "netns", "exec", member.namespace,
-            PYTHON, "-m", "speaker.membership",
+            *self.command,
             f"--name={member.name}",
             f"--bind={member.address}:7946",
             f"--key-file={self.key_file}",
@@ -291,20 +307,26 @@ class Group:
         return min(times, default=None)
 
     def false_deaths(
-        self, since: float, until: float = math.inf, victim: str | None = None
+        self,
+        since: float,
+        until: float = math.inf,
+        victim: str | None = None,
+        subject_excluded: str | None = None,
     ) -> list[dict[str, Any]]:
         """Members declared dead or left in a window, one entry per member and incarnation.
 
         With a victim (a member whose link was cut in that window), its own death and what it
-        said about the others while cut off are the fault, not false positives.
+        said about the others while cut off are the fault, not false positives. With
+        subject_excluded (a member stopped in that window), only its own death is.
         """
         incidents: dict[tuple[str, int], dict[str, Any]] = {}
+        excluded = victim or subject_excluded
         with self.lock:
             for observer in self.members:
                 if observer.name == victim:
                     continue
                 for t, subject, state, incarnation in observer.events:
-                    if state in GONE and since <= t < until and subject != victim:
+                    if state in GONE and since <= t < until and subject != excluded:
                         entry = incidents.setdefault(
                             (subject, incarnation),
                             {
@@ -344,9 +366,15 @@ def wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 
 @contextlib.contextmanager
 def group(
-    run: str, n: int, subnet: int, key_file: Path, extra: list[str], drop: float = 0.0
+    run: str,
+    n: int,
+    subnet: int,
+    key_file: Path,
+    extra: list[str],
+    drop: float = 0.0,
+    command: tuple[str, ...] = OURS,
 ) -> Iterator[Group]:
-    g = Group(run, n, subnet, key_file, extra, drop)
+    g = Group(run, n, subnet, key_file, extra, drop, command)
     try:
         g.build()
         g.start_all()
@@ -381,6 +409,7 @@ class Trials:
         return {
             **figures.distribution(self.times),
             "first_suspect": figures.distribution(self.first_suspect),
+            "faults_injected": len(self.faults),
             "redone_slow_injection": self.redone,
             "aborted": self.aborted,
             "false_positives": len(self.false_positives),
@@ -388,6 +417,41 @@ class Trials:
             # Only needed to trace false positives; the JSON line stays short without them.
             "faults": [[v, round(at, 3)] for v, at in self.faults] if self.false_positives else [],
         }
+
+
+STARVED_S = 2.0  # how long a starved member is stopped (SIGSTOP ... SIGCONT)
+
+
+def starved(g: Group, count: int, budget: float) -> Trials:
+    """Members stopped for STARVED_S, one at a time: nobody else may be declared dead because
+    of it. The stopped member's own verdicts count too (after SIGCONT it judges with stale
+    timers: a death it declares would move another node's addresses in layer 2); whether it
+    is itself declared dead is its own business (two seconds is longer than detection).
+    `times` are the moments, from the stop, at which every other member had it dead, if they
+    did."""
+    out = Trials()
+    for attempt in range(count):
+        victim = g.members[(attempt * 7 + 5) % len(g.members)]
+        assert victim.process is not None
+        start = time.monotonic()
+        victim.process.send_signal(signal.SIGSTOP)
+        out.faults.append((victim.name, start))
+        time.sleep(STARVED_S)
+        victim.process.send_signal(signal.SIGCONT)
+        done = g.all_report(victim, GONE, start)
+        if done is not None:
+            out.times.append(done - start)
+        try:
+            wait(g.converged, budget, "recovery after a stopped member")
+        except TimeoutError as e:
+            out.aborted = str(e)
+            break
+        finally:
+            out.false_positives.extend(
+                g.false_deaths(start, time.monotonic(), subject_excluded=victim.name)
+            )
+        g.settle()
+    return out
 
 
 def trials(g: Group, kind: str, count: int, budget: float) -> Trials:
@@ -481,7 +545,7 @@ def soak(g: Group, seconds: float) -> dict[str, Any]:
 
 
 def simulate(
-    n: int, loss: float, soak_seconds: float, count: int, seed: int, host: Any = None
+    n: int, loss: float, soak_seconds: float, count: int, seed: int, busy_host: bool = True
 ) -> dict[str, Any]:
     """The N-member group at `loss`, on a simulated clock: a soak, then `count` link cuts.
 
@@ -490,19 +554,20 @@ def simulate(
     decoded by the real codec and checked to fit `max_datagram` with its seal. Simulated
     (tests/unit/membership/sim.py): the clock; the network (0.2-2 ms of delay, each datagram
     lost independently with probability `loss`, a link cut as the member's traffic dropped both
-    ways); the CPU (members handle every event the instant it is due, so no member is ever
-    late); no AES (the seal's size is accounted for, its CPU cost is not). What it shows is the
-    protocol's own detection time and false positives at N, free of the host's load.
+    ways); with `busy_host`, the host (`sim.BUSY_TWO_CORES`: each datagram and timer costs the
+    CPU time the real member process spends on it, the members share two cores a fifth busy with
+    other work, a member handles one event at a time and its socket holds 200 datagrams; without
+    it, every event is handled the instant it is due). Members start ten at a time, as the real
+    ones do. A false positive is a member other than the victim that anyone but the victim
+    declared dead, counted once per cut.
     """
     from speaker.membership import messages as msg
     from tests.unit.membership import sim
 
     began = time.process_time()
     rng = random.Random(seed)
-    net = sim.Network(seed, loss=loss, host=host)
-    names = [f"m{i}" for i in range(n)]
-    for name in names:
-        net.add(name, seeds=[s for s in names[:2] if s != name and s in net.nodes])
+    net = sim.Network(seed, loss=loss, host=sim.BUSY_TWO_CORES if busy_host else None)
+    names = net.start_in_batches(n)
     everyone = frozenset(names)
 
     def converged() -> bool:
@@ -517,22 +582,22 @@ def simulate(
             net.run_for(0.05)
         return predicate()
 
-    def deaths(since: float, exclude: str | None = None) -> list[tuple[float, str, str]]:
-        return [
-            (at, observer, change.name)
+    def harmed(since: float, exclude: str | None = None) -> set[str]:
+        return {
+            change.name
             for observer, node in net.nodes.items()
             if observer != exclude
             for at, change in node.log
             if at >= since and change.name != exclude and change.state >= msg.State.DEAD
-        ]
+        }
 
     formed = run_until_true(converged, 30.0)
     soak_start = net.now
     net.run_for(soak_seconds)
-    soak_deaths = deaths(soak_start)
+    soak_harmed = harmed(soak_start)
     times: list[float] = []
     first_suspect: list[float] = []
-    trial_deaths: list[tuple[float, str, str]] = []
+    trial_false_positives = 0
     aborted = None if formed else "the group did not form"
     for t in range(count if formed else 0):
         net.run_for(rng.uniform(0, 1.0))  # the cut lands anywhere in the probe cycles
@@ -564,20 +629,46 @@ def simulate(
             aborted = f"link cut {t}: the group did not recover in 60 simulated seconds"
             break
         net.run_for(2.0)  # as the real bench settles, let the ripples of the rejoin pass
-        trial_deaths.extend(deaths(start, exclude=victim))
-    incidents = {(subject, observer) for _, observer, subject in soak_deaths}
+        trial_false_positives += len(harmed(start, exclude=victim))
     return {
         "members": n,
         "loss": loss,
         "seed": seed,
+        "busy_host": busy_host,
         "soak_simulated_seconds": soak_seconds,
-        "soak_false_positives": len({subject for _, _, subject in soak_deaths}),
-        "soak_false_positive_reports": len(incidents),
-        "linkcut": figures.distribution(times),
-        "linkcut_first_suspect": figures.distribution(first_suspect),
-        "linkcut_false_positives": len({subject for _, _, subject in trial_deaths}),
+        "soak_false_positives": len(soak_harmed),
+        "linkcut_times": times,
+        "linkcut_first_suspect_times": first_suspect,
+        "linkcut_false_positives": trial_false_positives,
+        "socket_overflows": net.overflows,
         "aborted": aborted,
         "cpu_seconds": round(time.process_time() - began, 1),
+    }
+
+
+def simulate_many(n: int, loss: float, soak_seconds: float, count: int) -> dict[str, Any]:
+    """`count` simulated link cuts split over two independent groups (seeds 1 and 2), one per
+    core: the real groups are gone by then, and the simulated clock does not care how busy the
+    host is."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    shares = [count - count // 2, count // 2]
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        runs = list(pool.map(simulate, [n, n], [loss, loss], [soak_seconds] * 2, shares, [1, 2]))
+    times = [t for r in runs for t in r.pop("linkcut_times")]
+    first = [t for r in runs for t in r.pop("linkcut_first_suspect_times")]
+    return {
+        "members": n,
+        "loss": loss,
+        "busy_host": True,
+        "soak_simulated_seconds": soak_seconds,
+        "soak_false_positives": sum(r["soak_false_positives"] for r in runs),
+        "linkcut": figures.distribution(times),
+        "linkcut_first_suspect": figures.distribution(first),
+        "linkcut_false_positives": sum(r["linkcut_false_positives"] for r in runs),
+        "socket_overflows": sum(r["socket_overflows"] for r in runs),
+        "aborted": "; ".join(r["aborted"] for r in runs if r["aborted"]) or None,
+        "runs": runs,
     }
 
 
@@ -590,6 +681,118 @@ def line(label: str, s: dict[str, float | int]) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Plan:
+    sizes: list[int]  # ours, no loss: kill, link cut and leave at each N
+    count: int
+    leave_count: int
+    memberlist_small: int  # memberlist at N = 8, no loss: kills and link cuts
+    big: int  # the large group, at 2% loss, ours and memberlist's
+    soak_s: float
+    big_cuts: int
+    big_starved: int
+    memberlist_soak_s: float
+    memberlist_big_cuts: int
+    memberlist_big_starved: int
+    sim_cuts: int
+    sim_soak_s: float
+
+
+QUICK = Plan([8], 3, 2, 3, 100, 10.0, 10, 3, 10.0, 5, 2, 200, 10.0)
+
+
+def full_plan(args: argparse.Namespace) -> Plan:
+    return Plan(
+        sizes=[int(x) for x in args.sizes.split(",") if x],  # --sizes= : only the large group
+        count=args.trials,
+        leave_count=5,
+        memberlist_small=args.memberlist_trials,
+        big=args.soak_size,
+        soak_s=args.soak_seconds,
+        big_cuts=args.soak_trials,
+        big_starved=args.starved_trials,
+        memberlist_soak_s=args.memberlist_soak_seconds,
+        memberlist_big_cuts=args.memberlist_trials * 2,
+        memberlist_big_starved=args.starved_trials // 2,
+        sim_cuts=args.sim_trials,
+        sim_soak_s=args.sim_soak_seconds,
+    )
+
+
+def large_group(
+    run: str,
+    plan: Plan,
+    key_file: Path,
+    extra: list[str],
+    command: tuple[str, ...],
+    detect_s: float = 30.0,
+    events: Path | None = None,
+) -> dict[str, Any]:
+    """The large group at 2% loss: a soak (false positives, CPU), link cuts and stopped
+    members, each watched for false positives until the group has recovered."""
+    memberlist = command != OURS
+    soak_s = plan.memberlist_soak_s if memberlist else plan.soak_s
+    cuts = plan.memberlist_big_cuts if memberlist else plan.big_cuts
+    stops = plan.memberlist_big_starved if memberlist else plan.big_starved
+    out: dict[str, Any] = {}
+    try:
+        subnet = 201 if memberlist else 200
+        with group(run, plan.big, subnet, key_file, extra, drop=0.02, command=command) as g:
+            try:
+                out["soak"] = soak(g, soak_s)
+                out["linkcut"] = trials(g, "linkcut", cuts, detect_s).summary()
+                out["starved"] = starved(g, stops, detect_s + 30).summary()
+            finally:
+                if events is not None:
+                    with g.lock:
+                        dump = {m.name: m.events for m in g.members}
+                    events.write_text(json.dumps(dump))
+    except TimeoutError as e:
+        # A host too busy for the group to form (seen: load average 100 from other jobs):
+        # said in the JSON, and the rest still runs.
+        out["aborted"] = str(e)
+    return out
+
+
+def print_large(label: str, big: dict[str, Any]) -> None:
+    soaked = big.get("soak", {})
+    print(
+        f"{label}: soak {soaked.get('seconds')}s at 2% loss, false positives "
+        f"{soaked.get('false_positives')}, CPU per member "
+        f"{100 * (soaked.get('cpu_core_fraction_mean') or 0):.2f}% of a core"
+    )
+    for kind in ("linkcut", "starved"):
+        if kind in big:
+            print(line(kind, big[kind]))
+            print(f"    false positives: {big[kind]['false_positives']}")
+    if big.get("aborted"):
+        print(f"  aborted: {big['aborted']}")
+
+
+def ratio(ours: float | None, theirs: float | None) -> float | None:
+    """ours / memberlist's: below 1, ours is faster."""
+    return round(ours / theirs, 3) if ours is not None and theirs else None
+
+
+def keys(prefix: str, big: dict[str, Any]) -> dict[str, Any]:
+    """The large group's headline figures under `prefix` (n100_, n100_memberlist_)."""
+    empty = Trials().summary()
+    cut, stop, soaked = big.get("linkcut", empty), big.get("starved", empty), big.get("soak", {})
+    soak_fp = soaked.get("false_positives")
+    return {
+        f"{prefix}linkcut_trials": cut["n"],
+        f"{prefix}linkcut_p50_s": cut["median"],
+        f"{prefix}linkcut_p99_s": cut["p99"],
+        # Every cut and the soak before them, every observer (but a cut-off victim's own view).
+        f"{prefix}false_positives": None if soak_fp is None else soak_fp + cut["false_positives"],
+        f"{prefix}starved_trials": stop["faults_injected"],
+        f"{prefix}starved_false_positives": stop["false_positives"] if "starved" in big else None,
+        f"{prefix}cpu_per_member": soaked.get("cpu_core_fraction_mean"),
+        f"{prefix}host_cpu_busy": soaked.get("host_cpu_busy_fraction"),
+        f"{prefix}aborted": big.get("aborted") or cut["aborted"] or stop["aborted"],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -598,10 +801,14 @@ def main() -> int:
     parser.add_argument("--soak-seconds", type=float, default=300.0)
     parser.add_argument("--soak-size", type=int, default=100)
     parser.add_argument(
-        "--soak-trials", type=int, default=30, help="link cuts in the lossy group after its soak"
+        "--soak-trials", type=int, default=40, help="link cuts in the lossy group after its soak"
     )
-    parser.add_argument("--baseline-trials", type=int, default=10)
-    parser.add_argument("--sim-trials", type=int, default=100, help="simulated link cuts")
+    parser.add_argument("--starved-trials", type=int, default=10, help="members stopped 2 s")
+    parser.add_argument(
+        "--memberlist-trials", type=int, default=10, help="memberlist's link cuts at N = 8"
+    )
+    parser.add_argument("--memberlist-soak-seconds", type=float, default=60.0)
+    parser.add_argument("--sim-trials", type=int, default=1000, help="simulated link cuts")
     parser.add_argument("--sim-soak-seconds", type=float, default=300.0)
     parser.add_argument(
         "--events", type=Path, help="write every event of the lossy group here (JSON), to study"
@@ -613,103 +820,61 @@ def main() -> int:
     if os.geteuid() != 0 or shutil.which("ip") is None:
         print("needs root and iproute2 (network namespaces)", file=sys.stderr)
         return 2
-    if args.quick:
-        sizes, count, leave_count = [8], 3, 2
-        soak_seconds, soak_size, soak_trials, baseline_trials = 10.0, 100, 4, 0
-        sim_trials, sim_soak = 6, 10.0
-    else:
-        sizes = [int(x) for x in args.sizes.split(",") if x]  # --sizes= : only the large group
-        count, leave_count = args.trials, 5
-        soak_seconds, soak_size, soak_trials, baseline_trials = (
-            args.soak_seconds,
-            args.soak_size,
-            args.soak_trials,
-            args.baseline_trials,
-        )
-        sim_trials, sim_soak = args.sim_trials, args.sim_soak_seconds
+    plan = QUICK if args.quick else full_plan(args)
+    from hack import memberlist_peer
+
+    memberlist = (str(memberlist_peer.ensure_built()),)
     ours = [f"--set={s}" for s in args.set]
     run = f"{os.getpid() % 10000}"
     tmp = Path(tempfile.mkdtemp(prefix="ilbm-bench-"))
     key_file = tmp / "key"
     key_file.write_text("benchmark-shared-secret\n")
-    result: dict[str, Any] = {"sizes": {}, "loss_injection": "transport hook (no sch_netem)"}
+    result: dict[str, Any] = {
+        "sizes": {},
+        "memberlist_sizes": {},
+        "loss_injection": "receive hook (no sch_netem): ours --drop-rate, memberlist's transport",
+    }
     began = time.monotonic()
     print(f"membership benchmark ({'quick' if args.quick else 'full'}), timings: default {ours}")
     try:
-        soak_thread: threading.Thread | None = None
-        soak_result: dict[str, Any] = {}
-        lossy_linkcut: dict[str, Any] = Trials().summary()
-
-        def run_soak() -> None:
-            # The large group at 2% loss: first left alone (false positives, CPU), then its link
-            # cuts, still at 2% loss, each also watched for false positives.
-            try:
-                with group(run + "s", soak_size, 200, key_file, ours, drop=0.02) as g:
-                    try:
-                        soak_result.update(soak(g, soak_seconds))
-                        lossy_linkcut.update(trials(g, "linkcut", soak_trials, 30).summary())
-                    finally:
-                        if args.events is not None:
-                            with g.lock:
-                                dump = {m.name: m.events for m in g.members}
-                            args.events.write_text(json.dumps(dump))
-            except TimeoutError as e:
-                # A host too busy for the group to form (seen: load average 100 from other
-                # jobs): said in the JSON, and the simulation still runs.
-                soak_result["aborted"] = str(e)
-
-        if args.quick:  # alongside the trials, to fit in a minute
-            soak_thread = threading.Thread(target=run_soak)
-            soak_thread.start()
-        for subnet, n in enumerate(sizes):
+        # One group at a time: a second group's processes would take the first one's CPU.
+        for subnet, n in enumerate(plan.sizes):
             with group(run + f"n{n}", n, subnet, key_file, ours) as g:
                 by_kind = {
-                    kind: trials(g, kind, count if kind != "leave" else leave_count, 30).summary()
+                    kind: trials(
+                        g, kind, plan.count if kind != "leave" else plan.leave_count, 30
+                    ).summary()
                     for kind in ("kill", "linkcut", "leave")
                 }
             result["sizes"][str(n)] = by_kind
-            print(f"N={n}")
-            for kind, s in by_kind.items():
-                print(line(kind, s))
-        if baseline_trials:
-            extra = ["--profile=memberlist-lan", "--set=reconnect_interval=2.0"]
-            with group(run + "b", 8, 100, key_file, extra) as g:
-                base = trials(g, "linkcut", baseline_trials, 60).summary()
-            ours8 = result["sizes"].get("8", {}).get("linkcut", {})
-            result["baseline_memberlist_lan_linkcut_n8"] = base
-            print("N=8 link cut, side by side")
-            print(line("ours (default)", ours8))
-            print(line("memberlist-LAN timings", base))
-            if ours8:
-                ratio = base["median"] / ours8["median"]
-                result["baseline_ratio_median"] = round(ratio, 2)
-                print(f"  median ratio memberlist-LAN / ours = {ratio:.1f}x")
-        if soak_thread is None:
-            run_soak()
-        else:
-            soak_thread.join()
-        result["soak"] = soak_result
-        result["soak_linkcut"] = lossy_linkcut
-        print(
-            f"soak N={soak_result.get('members')} {soak_result.get('seconds')}s at 2% loss: "
-            f"false positives {soak_result.get('false_positives')}, CPU per member mean "
-            f"{100 * (soak_result.get('cpu_core_fraction_mean') or 0):.2f}% "
-            f"max {100 * (soak_result.get('cpu_core_fraction_max') or 0):.2f}% of a core"
-        )
-        print(f"N={soak_size} at 2% loss, after the soak")
-        print(line("linkcut", lossy_linkcut))
-        print(line("linkcut, first suspicion", lossy_linkcut["first_suspect"]))
-        print(f"  false positives during the link cuts: {lossy_linkcut['false_positives']}")
+            print(f"ours, N={n}")
+            for kind, summary in by_kind.items():
+                print(line(kind, summary))
+        if plan.memberlist_small:
+            # memberlist does not tell a leave from a death: kills and link cuts only.
+            with group(run + "m8", 8, 100, key_file, [], command=memberlist) as g:
+                by_kind = {
+                    kind: trials(g, kind, plan.memberlist_small, 60).summary()
+                    for kind in ("kill", "linkcut")
+                }
+            result["memberlist_sizes"]["8"] = by_kind
+            print("memberlist (MetalLB's configuration), N=8")
+            for kind, summary in by_kind.items():
+                print(line(kind, summary))
+        big = large_group(run + "s", plan, key_file, ours, OURS, events=args.events)
+        result["large"] = big
+        print_large(f"ours, N={plan.big}", big)
+        mbig = large_group(run + "ms", plan, key_file, [], memberlist, detect_s=60.0)
+        result["memberlist_large"] = mbig
+        print_large(f"memberlist, N={plan.big}", mbig)
         # Last, alone: the simulation's CPU would otherwise slow the real members.
-        simulated = simulate(soak_size, 0.02, sim_soak, sim_trials, seed=1)
+        simulated = simulate_many(plan.big, 0.02, plan.sim_soak_s, plan.sim_cuts)
         result["simulated"] = simulated
-        print(f"N={soak_size} at 2% loss, simulated (the real state machine, simulated clock)")
+        print(f"ours, N={plan.big} at 2% loss, simulated on a busy two-core host")
         print(line("linkcut", simulated["linkcut"]))
-        print(line("linkcut, first suspicion", simulated["linkcut_first_suspect"]))
         print(
-            f"  false positives: soak of {sim_soak:.0f} simulated s "
-            f"{simulated['soak_false_positives']}, during the link cuts "
-            f"{simulated['linkcut_false_positives']}"
+            f"    false positives: soak {simulated['soak_false_positives']}, "
+            f"link cuts {simulated['linkcut_false_positives']}"
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -717,28 +882,35 @@ def main() -> int:
     headline = result["sizes"].get("8") or next(
         iter(result["sizes"].values()), {"kill": empty, "linkcut": empty, "leave": empty}
     )
-    soaked = result["soak"]
+    small_ml = result["memberlist_sizes"].get("8", {"kill": empty, "linkcut": empty})
+    big_soak = result["large"].get("soak", {})
+    n = plan.big
     result.update(
         {
             "detect_linkcut_median_s": headline["linkcut"]["median"],
             "detect_linkcut_p99_s": headline["linkcut"]["p99"],
             "detect_kill_median_s": headline["kill"]["median"],
-            "false_positives": soaked.get("false_positives"),
+            "false_positives": big_soak.get("false_positives"),
             "leave_s": headline["leave"]["median"],
-            "cpu_per_member": soaked.get("cpu_core_fraction_mean"),
-            # The large lossy group's figures, under keys naming its size (N = 100 by default).
-            f"n{soak_size}_linkcut_p50_s": lossy_linkcut["median"],
-            f"n{soak_size}_linkcut_p99_s": lossy_linkcut["p99"],
-            f"n{soak_size}_linkcut_trials": lossy_linkcut["n"],
-            f"n{soak_size}_false_positives": None
-            if "false_positives" not in soaked
-            else soaked["false_positives"] + lossy_linkcut["false_positives"],
-            f"n{soak_size}_cpu_per_member": soaked.get("cpu_core_fraction_mean"),
-            f"n{soak_size}_host_cpu_busy": soaked.get("host_cpu_busy_fraction"),
-            f"n{soak_size}_sim_linkcut_p50_s": result["simulated"]["linkcut"]["median"],
-            f"n{soak_size}_sim_linkcut_p99_s": result["simulated"]["linkcut"]["p99"],
-            f"n{soak_size}_sim_linkcut_trials": result["simulated"]["linkcut"]["n"],
-            f"n{soak_size}_sim_false_positives": result["simulated"]["soak_false_positives"]
+            "cpu_per_member": big_soak.get("cpu_core_fraction_mean"),
+            "n8_linkcut_p50_s": headline["linkcut"]["median"],
+            "n8_linkcut_p99_s": headline["linkcut"]["p99"],
+            "n8_memberlist_linkcut_p50_s": small_ml["linkcut"]["median"],
+            "n8_memberlist_linkcut_p99_s": small_ml["linkcut"]["p99"],
+            "n8_memberlist_kill_p50_s": small_ml["kill"]["median"],
+            **keys(f"n{n}_", result["large"]),
+            **keys(f"n{n}_memberlist_", result["memberlist_large"]),
+            "n8_linkcut_p50_ratio_vs_memberlist": ratio(
+                headline["linkcut"]["median"], small_ml["linkcut"]["median"]
+            ),
+            f"n{n}_linkcut_p50_ratio_vs_memberlist": ratio(
+                result["large"].get("linkcut", empty)["median"],
+                result["memberlist_large"].get("linkcut", empty)["median"],
+            ),
+            f"n{n}_sim_linkcut_trials": result["simulated"]["linkcut"]["n"],
+            f"n{n}_sim_linkcut_p50_s": result["simulated"]["linkcut"]["median"],
+            f"n{n}_sim_linkcut_p99_s": result["simulated"]["linkcut"]["p99"],
+            f"n{n}_sim_false_positives": result["simulated"]["soak_false_positives"]
             + result["simulated"]["linkcut_false_positives"],
             "wall_seconds": round(time.monotonic() - began, 1),
         }
