@@ -477,14 +477,9 @@ class Machine:
                 suspicion.close = True
                 suspicion.nudge_at = min(suspicion.nudge_at, now + self.config.gossip_interval)
             return
-        n = sum(1 for mem in self._members.values() if mem.state <= m.State.SUSPECT) + 1
-        low, high = cfg.suspicion_bounds(self.config, n)
-        k = min(self.config.suspicion_confirmations, max(n - 2, 0))
         ours = message.origin == self.name
         checker = not ours and self._checks(message.name, message.incarnation, message.origin)
-        close = ours or checker
-        nudge_in = self.config.gossip_interval if close else self._quiet_nudge_period(low)
-        suspicion = _Suspicion(now, low, high, k, nudge_at=now + nudge_in, close=close)
+        suspicion = self._new_suspicion(now, close=ours or checker)
         if message.origin:
             suspicion.seen.add(message.origin)
         self._suspicions[message.name] = suspicion
@@ -565,6 +560,16 @@ class Machine:
             self._send(member.address, [m.Suspect(member.incarnation, name, self.name)])
         for _, name in sorted(due)[_NUDGES_PER_ROUND:]:
             self._suspicions[name].nudge_at = now + self.config.gossip_interval
+
+    def _new_suspicion(self, now: float, *, close: bool) -> _Suspicion:
+        """A suspicion starting now, its bounds from the live members' count; an accuser or a
+        checker (`close`) reminds the suspect every gossip_interval, any other member less
+        often."""
+        n = self._live_count()
+        low, high = cfg.suspicion_bounds(self.config, n)
+        k = min(self.config.suspicion_confirmations, max(n - 2, 0))
+        nudge_in = self.config.gossip_interval if close else self._quiet_nudge_period(low)
+        return _Suspicion(now, low, high, k, nudge_at=now + nudge_in, close=close)
 
     def _quiet_nudge_period(self, low: float) -> float:
         """How often a member that neither accused a suspect nor was asked to check it reminds
@@ -716,12 +721,11 @@ class Machine:
         member = self._members[accusation.name]
         if member.state == m.State.SUSPECT:
             return  # the group's suspicion already runs here; ours adds nothing to it
-        n = self._live_count()
-        low, high = cfg.suspicion_bounds(self.config, n)
-        k = min(self.config.suspicion_confirmations, max(n - 2, 0))
         # Our own name stays out of `seen`: a failed probe once we are healthy again confirms
-        # it and tells the group.
-        self._suspicions[accusation.name] = _Suspicion(now, low, high, k, nudge_at=now, close=True)
+        # it and tells the group. The suspect is asked at once.
+        suspicion = self._new_suspicion(now, close=True)
+        suspicion.nudge_at = now
+        self._suspicions[accusation.name] = suspicion
         member.state = m.State.SUSPECT
         member.since = now
         self._changed(accusation.name)
