@@ -90,6 +90,7 @@ class Member:
     events: list[tuple[float, str, str, int]] = field(default_factory=list)
     started: bool = False
     health: int = 0  # Lifeguard local-health score last reported (0 = healthy)
+    returns: int = 0  # verdicts of its own death it refuted ("returned" events)
 
 
 class Group:
@@ -245,6 +246,8 @@ class Group:
                     member.started = True
                 elif event.get("event") == "health":
                     member.health = int(event["score"])
+                elif event.get("event") == "returned":
+                    member.returns += 1
                 elif event.get("event") == "member":
                     member.view[event["member"]] = event["state"]
                     member.events.append(
@@ -706,6 +709,8 @@ class Plan:
     memberlist_big_starved: int
     sim_cuts: int
     sim_soak_s: float
+    l2_addresses: int = 200  # ours at N = 100: Service addresses on the layer-2 plane
+    l2_cuts: int = 3  # ... and link cuts whose address moves are counted at the ToR
 
 
 QUICK = Plan([8], 3, 2, 3, 100, 10.0, 10, 3, 10.0, 5, 2, 200, 10.0)
@@ -726,6 +731,8 @@ def full_plan(args: argparse.Namespace) -> Plan:
         memberlist_big_starved=args.starved_trials // 2,
         sim_cuts=args.sim_trials,
         sim_soak_s=args.sim_soak_seconds,
+        l2_addresses=args.l2_addresses,
+        l2_cuts=args.l2_cuts,
     )
 
 
@@ -752,6 +759,8 @@ def large_group(
                 out["soak"] = soak(g, soak_s)
                 out["linkcut"] = trials(g, "linkcut", cuts, detect_s).summary()
                 out["starved"] = starved(g, stops, detect_s + 30).summary()
+                if not memberlist and plan.l2_cuts:
+                    out["l2"] = layer2_moves(g, plan.l2_addresses, plan.l2_cuts, detect_s)
             finally:
                 if events is not None:
                     with g.lock:
@@ -762,6 +771,27 @@ def large_group(
         # said in the JSON, and the rest still runs.
         out["aborted"] = str(e)
     return out
+
+
+def layer2_moves(g: Group, addresses: int, count: int, budget: float) -> dict[str, Any]:
+    """Layer-2 servers beside the members, then link cuts whose address moves the ToR counts
+    (bench/membership_l2.py). Starting a hundred more interpreters loads the host: members
+    declared dead meanwhile are counted too."""
+    from bench import membership_l2
+
+    since = time.monotonic()
+    plane = membership_l2.Plane(g, addresses, PYTHON, str(ROOT))
+    try:
+        plane.start()
+        g.settle()
+        started = g.false_deaths(since)
+        moves, aborted = membership_l2.cuts(plane, count, budget)
+    finally:
+        plane.stop()
+    result = membership_l2.summary(moves, addresses, len(g.members), aborted)
+    result["false_positives_while_starting"] = len(started)
+    result["unanswered"] = len(moves.unanswered)
+    return result
 
 
 def print_large(label: str, big: dict[str, Any]) -> None:
@@ -775,6 +805,14 @@ def print_large(label: str, big: dict[str, Any]) -> None:
         if kind in big:
             print(line(kind, big[kind]))
             print(f"    false positives: {big[kind]['false_positives']}")
+    if "l2" in big:
+        l2 = big["l2"]
+        print(
+            f"  layer 2: {l2['addresses']} addresses, {l2['cuts']} cuts: the victims' "
+            f"{l2['victim_addresses']} addresses moved {l2['victim_moves']} times; others "
+            f"{l2['collateral_moves_while_cut']} while cut, "
+            f"{l2['collateral_moves_after_restore']} after the restore"
+        )
     if big.get("aborted"):
         print(f"  aborted: {big['aborted']}")
 
@@ -803,6 +841,18 @@ def keys(prefix: str, big: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def l2_keys(prefix: str, big: dict[str, Any]) -> dict[str, Any]:
+    l2 = big.get("l2", {})
+    return {
+        f"{prefix}l2_cuts": l2.get("cuts"),
+        f"{prefix}l2_victim_addresses": l2.get("victim_addresses"),
+        f"{prefix}l2_victim_moves": l2.get("victim_moves"),
+        f"{prefix}l2_collateral_moves_while_cut": l2.get("collateral_moves_while_cut"),
+        f"{prefix}l2_collateral_moves_after_restore": l2.get("collateral_moves_after_restore"),
+        f"{prefix}l2_aborted": l2.get("aborted"),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -820,6 +870,8 @@ def main() -> int:
     parser.add_argument("--memberlist-soak-seconds", type=float, default=60.0)
     parser.add_argument("--sim-trials", type=int, default=1000, help="simulated link cuts")
     parser.add_argument("--sim-soak-seconds", type=float, default=300.0)
+    parser.add_argument("--l2-addresses", type=int, default=500, help="layer-2 plane at N = 100")
+    parser.add_argument("--l2-cuts", type=int, default=10, help="cuts counted at the ToR")
     parser.add_argument(
         "--events", type=Path, help="write every event of the lossy group here (JSON), to study"
     )
@@ -910,6 +962,7 @@ def main() -> int:
             "n8_memberlist_kill_p50_s": small_ml["kill"]["median"],
             **keys(f"n{n}_", result["large"]),
             **keys(f"n{n}_memberlist_", result["memberlist_large"]),
+            **l2_keys(f"n{n}_", result["large"]),
             "n8_linkcut_p50_ratio_vs_memberlist": ratio(
                 headline["linkcut"]["median"], small_ml["linkcut"]["median"]
             ),

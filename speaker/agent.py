@@ -40,7 +40,16 @@ from typing import Any
 from ironlb import model
 from ironlb.problems import Problem
 from ironlb_io import kube, watching
-from speaker import datapath_probing, desired, explaining, inputs, metrics, snapshot, status
+from speaker import (
+    datapath_probing,
+    desired,
+    election,
+    explaining,
+    inputs,
+    metrics,
+    snapshot,
+    status,
+)
 from speaker.accounting import Accounting
 from speaker.conflict_watching import NO_CONFLICT, ConflictWatcher
 from speaker.datapath_reporting import DataPathReporter
@@ -103,6 +112,11 @@ class Agent:
     _explained: explaining.Seen | None = None
     # The interfaces answering ARP/NDP as the latest pass saw them.
     _interfaces_seen: frozenset[str] | None = None
+    # The live speakers the previous pass saw, and the verdicts of our own death refuted by
+    # then: what members coming back (`desired.announce_again`) is measured against.
+    _alive_before: frozenset[str] | None = None
+    _seen_alive: frozenset[str] = frozenset()
+    _returns_seen: int = 0
 
     def __post_init__(self) -> None:
         me, ns = self.options.node_name, self.options.namespace
@@ -217,6 +231,14 @@ class Agent:
         l2 = desired.l2_plan(snap, model.NodeName(me), answering)
         if self.layer2 is not None:
             self.layer2.set_owned({e.address: e.interfaces for e in l2.mine})
+            returned, we_returned = self._returns(snap.alive)
+            again = election.to_announce_again([e.address for e in l2.mine], returned, we_returned)
+            if again:
+                log.info(
+                    "announcing kept addresses again: members are back",
+                    extra={"addresses": len(again), "returned": ", ".join(sorted(returned))},
+                )
+                self.layer2.announce_again(again)
             self.accounting.report_unannounceable(l2)
         reached: Mapping[str, tuple[model.PeerName, ...]] = {}
         # BGP is this node's decision alone: our own verdict always counts.
@@ -253,6 +275,18 @@ class Agent:
             model.SERVICE_BGP_STATUS: status.wanted_bgp(me, reached),
         }
         self.status_writer.want(wanted, l2_announcers)
+
+    def _returns(self, alive: frozenset[str]) -> tuple[frozenset[str], bool]:
+        """(members live now that an earlier pass saw live and the previous one did not,
+        whether we refuted a verdict of our own death since then). A member never seen before
+        is new, not back: it cannot have stood in for anyone."""
+        before, self._alive_before = self._alive_before, alive
+        returned = alive - before if before is not None else frozenset()
+        returned &= self._seen_alive
+        self._seen_alive |= alive
+        count = self.membership.returns() if self.membership is not None else 0
+        we_returned, self._returns_seen = count > self._returns_seen, count
+        return returned, we_returned
 
     def _node_ip(self) -> str | None:
         found = snapshot.internal_ips(self.store.node(self.options.node_name))

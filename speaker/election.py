@@ -16,8 +16,9 @@ Liveness comes from membership; without it, from the Node Ready condition (`read
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ironlb import addresses, datapath, model, selectors
 
@@ -58,6 +59,33 @@ def owner(
     """The node that announces address, or None when no node is eligible."""
     ranked = order(address, eligible_nodes, scores)
     return ranked[0] if ranked else None
+
+
+Address = TypeVar("Address")
+
+
+def to_announce_again(
+    mine: Iterable[Address], returned: Collection[str], we_returned: bool
+) -> frozenset[Address]:
+    """Which of our addresses to announce again (a gratuitous burst) although we kept them:
+    all of them when a member we had seen dead is live again (`returned`), or when we refuted a
+    verdict of our own death (`we_returned`); none otherwise.
+
+    A node announces an address when it gains it, and a router's ARP entry then points there
+    until someone announces it again. A member that was away may have announced some of ours:
+    while it saw us dead it owned those it would own without us, and a member cut off long
+    enough sees every other member dead and owns every address. When it hears of us again it
+    lets them go and stops answering, and the router keeps its MAC: the Service is unreachable
+    until the router re-resolves. We cannot know which of ours it took, so every one goes
+    again. Likewise members that declared us dead took ours, and we kept them in our own view.
+    bench.membership's layer-2 phase (6 members, a link cut restored once the group had the
+    victim dead): before this, after 3 of 4 cuts the ToR still had the victim's addresses at
+    the member that had stood in for it, and a victim that had declared others dead left their
+    addresses at its own MAC.
+    """
+    if we_returned or returned:
+        return frozenset(mine)
+    return frozenset()
 
 
 def scores(nodes: Iterable[NodeInfo], ads: Sequence[model.L2Advertisement]) -> dict[str, int]:

@@ -106,6 +106,10 @@ class Membership:
             self._take_over("another member found this one")
         return alive if self._authoritative else None
 
+    def returns(self) -> int:
+        """How many verdicts of this member's death it refuted (0 before it started)."""
+        return 0 if self.member is None else self.member.returns()
+
     def metadata(self) -> Mapping[str, bytes]:
         """Every alive member's gossiped metadata (empty before membership started)."""
         return {} if self.member is None else self.member.metadata()

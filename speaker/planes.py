@@ -5,7 +5,7 @@ agent can be driven in tests with fakes (`speaker.appliers` builds the real plan
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
 from ironlb import addresses, model
@@ -34,6 +34,10 @@ class Layer2(Protocol):
     """What the agent needs from the ARP/NDP data plane."""
 
     def set_owned(self, owned: Mapping[addresses.IPAddress, tuple[str, ...]]) -> None: ...
+
+    def announce_again(self, owned: Collection[addresses.IPAddress]) -> None:
+        """A gratuitous burst for these owned addresses, as when they were gained."""
+        ...
 
     def interfaces(self) -> frozenset[str] | None:
         """The interfaces answering ARP/NDP now (None before the first scan)."""
@@ -73,6 +77,8 @@ class Membership(Protocol):
     def members(self) -> frozenset[str] | None: ...  # None: Node Ready decides
 
     def metadata(self) -> Mapping[str, bytes]: ...  # what each alive member gossips
+
+    def returns(self) -> int: ...  # verdicts of our own death we refuted, so far
 
     def set_metadata(self, data: bytes) -> None: ...
 

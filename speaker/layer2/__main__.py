@@ -2,6 +2,7 @@
 
 `serve` answers for the addresses it is told to own on stdin, one JSON object per line:
     {"owned": {"10.250.0.200": [], "fd00:250::200": ["eth0"]}}   ([] = every interface)
+    {"announce": ["10.250.0.200"]}   (a gratuitous burst again for owned ones: {"announced": N})
     {"stats": true}
     {"conflicts": true}
 and answers each line with one JSON line on stdout ({"applied": N}, {"stats": ...}, or the
@@ -42,6 +43,12 @@ def _parse_owned(raw: Any) -> dict[packets.IPAddress, tuple[str, ...]]:
             raise ValueError(f"interfaces of {key} must be a list of names")
         owned[ipaddress.ip_address(key)] = tuple(names)
     return owned
+
+
+def _parse_addresses(raw: Any) -> list[packets.IPAddress]:
+    if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
+        raise ValueError("announce must be a list of addresses")
+    return [ipaddress.ip_address(a) for a in raw]
 
 
 def _stats(stats: metrics.Stats) -> dict[str, dict[str, int]]:
@@ -89,6 +96,9 @@ async def serve(exclude: list[str], scan_interval: float) -> int:
                     if "owned" in request:
                         l2.set_owned(_parse_owned(request["owned"]))
                         _say({"applied": len(l2.core.owned)})
+                    elif "announce" in request:
+                        l2.announce_again(_parse_addresses(request["announce"]))
+                        _say({"announced": len(request["announce"])})
                     elif request.get("stats"):
                         _say({"stats": _stats(l2.stats)})
                     elif request.get("conflicts"):
@@ -101,7 +111,7 @@ async def serve(exclude: list[str], scan_interval: float) -> int:
                             }
                         )
                     else:
-                        _say({"error": "expected owned, stats or conflicts"})
+                        _say({"error": "expected owned, announce, stats or conflicts"})
                 except ValueError as e:
                     _say({"error": str(e)})
         finally:

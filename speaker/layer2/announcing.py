@@ -126,6 +126,17 @@ class Announcer:
         # The first gratuitous round is due now: the caller's next `tick` sends it.
         return gained, lost
 
+    def announce_again(
+        self, addresses: Collection[packets.IPAddress], now: float
+    ) -> frozenset[packets.IPAddress]:
+        """Announce these owned addresses again as if just gained (a gratuitous burst): another
+        node may have announced them meanwhile, and a router's entry may still point there.
+        Returns the ones owned (the others are not ours to announce)."""
+        again = frozenset(a for a in addresses if a in self.owned)
+        for address in again:
+            self.schedule.gain(address, now)
+        return again
+
     def set_ports(self, ports: Mapping[str, Port], other_macs: Collection[bytes] = ()) -> None:
         """Answer on these ports; `other_macs` are this node's other interfaces' MACs (frames
         from them claim nothing)."""
@@ -364,6 +375,13 @@ class Layer2Announcer:
             )
         self._arm()
 
+    def announce_again(self, addresses: Collection[packets.IPAddress]) -> None:
+        """Announce these owned addresses again (`Announcer.announce_again`)."""
+        again = self.core.announce_again(addresses, self._running_loop().time())
+        if again:
+            logger.info("layer2: %d addresses announced again", len(again))
+            self._arm()
+
     def rescan(self) -> None:
         """Open ports on interfaces that became eligible, close those that stopped being."""
         loop = self._running_loop()
@@ -378,6 +396,7 @@ class Layer2Announcer:
             entry = wanted.get(name)
             if entry is None or _identity(*entry) != (port.index, port.mac, port.arp, port.ndp):
                 self._close_port(name)
+        opened = False
         for name, (facts, eligible) in wanted.items():
             if name in self._ports:
                 continue
@@ -387,6 +406,7 @@ class Layer2Announcer:
                 logger.warning("layer2: cannot open raw sockets on %s: %s (retrying)", name, e)
                 continue
             self._ports[name] = port
+            opened = True
             for sock in port.sockets:
                 loop.add_reader(sock.fileno(), self._readable, port, sock)
             logger.info(
@@ -396,6 +416,11 @@ class Layer2Announcer:
             )
         self.core.set_ports(self._ports, macs)
         self._answering = frozenset(self._ports)
+        if opened and self.core.owned:
+            # An interface back from being down (or new) has neighbours that may have learnt
+            # our addresses elsewhere meanwhile (a node that stood in while our link was cut):
+            # what we own is announced again, as if just gained.
+            self.announce_again(list(self.core.owned))
 
     def _close_port(self, name: str) -> None:
         port = self._ports.pop(name)

@@ -40,6 +40,11 @@ class ThreadedLayer2:
             raise RuntimeError("ThreadedLayer2.start() must be awaited first")
         self._thread.loop.call_soon_threadsafe(self.announcer.set_owned, dict(owned))
 
+    def announce_again(self, addresses: Collection[packets.IPAddress]) -> None:
+        if self._thread is None:
+            raise RuntimeError("ThreadedLayer2.start() must be awaited first")
+        self._thread.loop.call_soon_threadsafe(self.announcer.announce_again, frozenset(addresses))
+
     async def close(self) -> None:
         thread, self._thread = self._thread, None
         if thread is None:

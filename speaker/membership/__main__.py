@@ -1,7 +1,8 @@
 """Standalone member: `python -m speaker.membership --name n1 --bind 127.0.0.1:7946 --seed ...`.
 
 Used by the process tests and the benchmark, and handy for trying timings on a real network.
-Membership changes are printed on stdout as JSON lines stamped with the host's monotonic clock;
+Membership changes are printed on stdout as JSON lines stamped with the host's monotonic clock
+(`member`; `returned` when this member refuted a verdict of its own death);
 logs go to stderr as JSON lines. SIGTERM or SIGINT makes a graceful leave.
 """
 
@@ -28,6 +29,10 @@ def _setting(text: str) -> tuple[str, Any]:
     if not sep or key not in fields:
         raise argparse.ArgumentTypeError(f"expected FIELD=VALUE with FIELD one of {sorted(fields)}")
     kind = type(getattr(cfg.DEFAULT, key))
+    if kind is bool:  # bool("false") is True
+        if raw.lower() not in ("true", "false"):
+            raise argparse.ArgumentTypeError(f"{key}: expected true or false, not {raw!r}")
+        return key, raw.lower() == "true"
     try:
         return key, kind(raw)
     except ValueError as e:
@@ -78,6 +83,9 @@ async def run(args: argparse.Namespace) -> int:
     out = sys.stdout
 
     def changed(change: machine.Change) -> None:
+        if change.kind == machine.ChangeKind.RETURNED:
+            events.event(out, event="returned", node=args.name, incarnation=change.incarnation)
+            return
         events.event(
             out,
             event="member",

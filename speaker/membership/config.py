@@ -20,8 +20,16 @@ from ironlb.problems import Problem
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    # One member is probed per interval, in randomised round-robin order.
+    # One member is probed per interval.
     probe_interval: float = 0.2
+    # Whom: with a shared schedule, every member ranks the group by a hash of the names and, in
+    # the slot `floor(wall clock / probe_interval)`, probes the member a slot-dependent offset
+    # ahead of itself in that ring, at a phase given by its own rank. Each slot is then a
+    # permutation: every member is probed once per interval, so a member that goes silent is
+    # probed within about one interval. Without it (memberlist's way) each member runs its own
+    # randomised round-robin; at N = 100 about 37% of intervals probe a given member nobody,
+    # and 1% of failures wait about five intervals before their first probe.
+    shared_probe_schedule: bool = True
     # A direct ping unanswered after this long triggers indirect pings.
     probe_timeout: float = 0.08
     # How many other members are asked to ping the target on our behalf.
@@ -77,6 +85,7 @@ MEMBERLIST_LAN = Config(
     suspicion_mult=4.0,
     suspicion_max_mult=6.0,
     suspicion_confirmations=2,
+    shared_probe_schedule=False,
     retransmit_mult=4,
     gossip_interval=0.2,
     gossip_nodes=3,
@@ -149,8 +158,9 @@ def retransmit_limit(config: Config, n: int) -> int:
 def expected_detection(config: Config, n: int) -> float:
     """Expected seconds from a member going silent to every member declaring it dead.
 
-    The sum of: the wait until some member probes it (the first of n - 1 uniform positions in
-    round-robin cycles of n - 1 intervals: about (n - 1) / n intervals), the failed probe (one
+    The sum of: the wait until some member probes it (with the shared schedule, every member is
+    probed about once an interval: half an interval; else the first of n - 1 uniform positions
+    in round-robin cycles of n - 1 intervals: about (n - 1) / n intervals), the failed probe (one
     interval), the suspicion, and gossip of the verdict (negligible on a LAN: it is pushed at
     once). Every member that hears of the suspicion probes the suspect next, so the k
     confirmations arrive together about 1.5 intervals into the suspicion (half an interval for
@@ -160,7 +170,7 @@ def expected_detection(config: Config, n: int) -> float:
     if n < 2:
         return math.inf
     interval = config.probe_interval
-    first_probe = interval * (n - 1) / n
+    first_probe = interval / 2 if config.shared_probe_schedule else interval * (n - 1) / n
     low, high = suspicion_bounds(config, n)
     k = min(config.suspicion_confirmations, max(n - 2, 0))
     suspicion = low if k == 0 else max(1.5 * interval, lifeguard_timeout(low, high, k, k))

@@ -10,8 +10,9 @@ For the speaker: `await node.start()`, `node.members()` (alive names, itself inc
 `node.set_metadata(data)` (our own metadata, at most codec.MAX_META bytes, gossiped to every
 member; callable before `start`, and then the first Alive and join carry it),
 `node.metadata()` (name -> metadata of every alive member, itself included),
-`node.changed` (an asyncio.Event set on every change of that set or of a member's metadata;
-clear it after reading), an optional `on_change` callback for each change (`Change.kind` tells
+`node.changed` (an asyncio.Event set on every change of that set or of a member's metadata,
+and when `node.returns`, the count of verdicts of our own death we refuted, grows; clear it
+after reading), an optional `on_change` callback for each change (`Change.kind` tells
 a change of state from one of metadata only), `node.join(seeds)` to refresh seeds,
 `node.set_keyring(...)` after a Secret update, and `await node.leave()` on SIGTERM.
 """
@@ -24,6 +25,7 @@ import ipaddress
 import logging
 import random
 import socket
+import time
 from collections.abc import Callable, Iterable
 
 from speaker.membership import codec, machine, sealing
@@ -95,6 +97,9 @@ class Node:
         self.config = config
         self.on_change = on_change
         self.changed = asyncio.Event()
+        # How many times we refuted a verdict of our own death (`machine.ChangeKind.RETURNED`):
+        # the others may have announced our addresses meanwhile.
+        self.returns = 0
         self.drops: collections.Counter[str] = collections.Counter()
         self.received = 0
         self.sent = 0
@@ -138,6 +143,7 @@ class Node:
             random.Random(self._rng.getrandbits(64)),
             loop.time(),
             meta=self._meta,
+            clock_offset=time.time() - loop.time(),
         )
         if self._sealer.keyring.plain:
             log.warning(
@@ -293,7 +299,9 @@ class Node:
                     log.exception("membership: change callback failed")
         if output.changes:
             alive, metadata = self.machine.alive(), self.machine.meta()
-            if alive != self._alive or metadata != self._metadata:
+            returned = any(c.kind == machine.ChangeKind.RETURNED for c in output.changes)
+            self.returns += returned
+            if alive != self._alive or metadata != self._metadata or returned:
                 self._alive, self._metadata = alive, metadata
                 self.changed.set()
         self._arm()

@@ -5,7 +5,8 @@ that with a pass over 10,000 Services, and a member that answers late is suspect
 dead by the others (measured: flapping under such a pass on one loop). Here the member answers
 from its own thread whatever the main loop does; the agent sees the same things as on a plain
 node: `changed` (an asyncio.Event of the main loop, set on a change of the alive set or of a
-member's metadata), `members()`, `metadata()`, `set_metadata(data)` (before or after `start`;
+member's metadata, or when we refuted a verdict of our own death), `members()`, `metadata()`,
+`returns()`, `set_metadata(data)` (before or after `start`;
 it raises ValueError in the caller's thread for metadata too long) and `leave()`.
 """
 
@@ -58,6 +59,10 @@ class ThreadedNode:
 
     def metadata(self) -> dict[str, bytes]:
         return self._loop_thread().call_blocking(self.node.metadata)
+
+    def returns(self) -> int:
+        """How many verdicts of our own death we refuted (`node.Node.returns`)."""
+        return self._loop_thread().call_blocking(lambda: self.node.returns)
 
     def set_metadata(self, data: bytes) -> None:
         if self._thread is None:

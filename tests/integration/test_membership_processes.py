@@ -432,3 +432,32 @@ def test_member_whose_link_is_cut_is_declared_dead_and_returns(
     assert converged(others)
     ip("-n", victim_ns, "link", "set", "eth0", "up")
     eventually(lambda: converged(group), "it returns once the link is back")
+
+
+def test_a_cut_link_moves_only_its_own_layer2_addresses_at_the_tor(key_file: Path) -> None:
+    """Six members, each with the speaker's layer-2 server beside it owning what the election
+    gives it from its own view; a link cut and restored once the others have it dead, then one
+    held until the cut member has every other dead too (it then owns every address in its own
+    view). The ToR's capture (every ARP reply on the bridge) says which addresses changed
+    hands: only the cut member's, away and back, each once."""
+    if os.geteuid() != 0:
+        pytest.fail("needs root (network namespaces, raw sockets)", pytrace=False)
+    from bench import membership, membership_l2
+
+    with membership.group(f"t{os.getpid() % 10000}", 6, 250, key_file, []) as g:
+        plane = membership_l2.Plane(g, 30, membership.PYTHON, str(ROOT))
+        try:
+            plane.start()
+            short, aborted = membership_l2.cuts(plane, 1, EVENTUALLY)
+            assert aborted is None
+            long, aborted = membership_l2.cuts(plane, 1, EVENTUALLY, long=True)
+            assert aborted is None
+        finally:
+            plane.stop()
+    for moves in (short, long):
+        assert moves.cuts == 1
+        assert moves.victim_addresses > 0
+        assert moves.victim == 2 * moves.victim_addresses  # each away once, and back once
+        assert moves.collateral_while_cut == 0
+        assert moves.collateral_after_restore == 0
+        assert moves.unanswered == []

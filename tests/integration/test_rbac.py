@@ -482,6 +482,8 @@ class Layer2:
     '''Records what this node would answer ARP/NDP for; opens no socket.'''
     def set_owned(self, owned):
         print(json.dumps({"owned": sorted(str(a) for a in owned)}), flush=True)
+    def announce_again(self, owned):
+        pass
     def interfaces(self):
         return None
     def conflicts(self):
@@ -498,6 +500,8 @@ class Alone:
         return frozenset({self.node})
     def metadata(self):
         return {}
+    def returns(self):
+        return 0
     def set_metadata(self, data):
         pass
     async def leave(self):

@@ -157,3 +157,18 @@ def test_losing_the_owner_moves_only_to_the_runner_up(
     gone = data.draw(st.sampled_from(view))
     if gone != ranked[0]:
         assert election.owner(ip, [n for n in view if n != gone]) == ranked[0]
+
+
+@pytest.mark.parametrize(
+    ("returned", "we_returned", "expected"),
+    [
+        (set(), False, set()),  # nobody came back: nothing to repeat
+        ({"n2"}, False, {"a", "b"}),  # n2 may have announced any of ours while away
+        (set(), True, {"a", "b"}),  # the others took ours while they had us dead
+        ({"n2"}, True, {"a", "b"}),
+    ],
+)
+def test_kept_addresses_are_announced_again_when_someone_comes_back(
+    returned: set[str], we_returned: bool, expected: set[str]
+) -> None:
+    assert election.to_announce_again(["a", "b"], returned, we_returned) == expected

@@ -395,3 +395,50 @@ async def test_the_interfaces_answering_follow_each_scan() -> None:
         scanned[1] = facts("eth1", 3, up=False)
         l2.rescan()
         assert l2.answering == frozenset({"eth0"})
+
+
+def test_announcing_again_starts_a_burst_for_owned_addresses_only() -> None:
+    core, eth0, _ = setup()
+    core.set_owned({VIP4: ()}, now=0.0)
+    due = core.next_due()
+    while due is not None:  # the burst of the gain runs out
+        due = core.tick(due)
+    eth0.take()
+    again = core.announce_again([VIP4, VIP4B], now=20.0)
+    assert again == frozenset({VIP4})  # VIP4B is not ours to announce
+    assert core.next_due() == 20.0
+    core.tick(20.0)
+    sent = [p for p in eth0.take() if isinstance(p, packets.Arp)]
+    assert {p.sender_ip for p in sent} == {VIP4}
+
+
+async def test_an_interface_back_up_announces_what_is_owned_again() -> None:
+    """A node whose link was down is back: another node may have answered for its addresses
+    meanwhile, and the router's entry still points there."""
+    scanned = [facts("eth0", 2)]
+    opened: list[OpenedPort] = []
+
+    def open_port(f: interfaces.InterfaceFacts, e: interfaces.Eligibility) -> OpenedPort:
+        opened.append(OpenedPort(f.name, f.mac, e.arp, e.ndp, index=f.index))
+        return opened[-1]
+
+    l2 = announcing.Layer2Announcer(
+        scan=lambda: list(scanned),
+        open_port=open_port,  # type: ignore[arg-type]
+        scan_interval=3600.0,
+    )
+    async with l2:
+        l2.set_owned({VIP4: []})
+        l2._fire()
+        scanned[0] = facts("eth0", 2, up=False)
+        l2.rescan()
+        l2.core.tick(asyncio.get_running_loop().time() + 10.0)  # the burst is over
+        assert l2.core.next_due() is None
+        scanned[0] = facts("eth0", 2)
+        l2.rescan()
+        assert len(opened) == 2
+        due = l2.core.next_due()
+        assert due is not None and due <= asyncio.get_running_loop().time()
+        l2._fire()
+        sent = [p for p in opened[1].take() if isinstance(p, packets.Arp)]
+        assert {p.sender_ip for p in sent} == {VIP4}

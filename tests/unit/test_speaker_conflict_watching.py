@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import pytest
@@ -30,6 +30,9 @@ class FakeLayer2:
         self.found: dict[Any, conflicts.Conflict] = {}
 
     def set_owned(self, owned: Mapping[Any, tuple[str, ...]]) -> None:
+        pass
+
+    def announce_again(self, owned: Collection[Any]) -> None:
         pass
 
     def interfaces(self) -> frozenset[str] | None:

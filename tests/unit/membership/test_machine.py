@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 from speaker.membership import codec, machine
@@ -78,7 +79,7 @@ def test_missing_nacks_raise_our_own_awareness() -> None:
         a.tick(a.next_deadline())
     assert a.awareness == CONFIG.indirect_checks  # no helper answered: maybe it is us
     # A slower probe cadence follows: the interval stretches by awareness + 1.
-    times = []
+    times: list[float] = []
     while len(times) < 2:
         now = a.next_deadline()
         if primary(a.tick(now), m.Ping):
@@ -294,19 +295,68 @@ def group_views(n: int, config: cfg.Config = CONFIG) -> dict[str, machine.Machin
     return views
 
 
-def test_exactly_the_configured_number_of_members_check_each_suspicion() -> None:
+def test_each_wave_of_checkers_has_the_configured_number_of_members() -> None:
     views = group_views(20)
+    # At N = 20, S_min = 2 * log10(20) * 0.2 s = 0.52 s: waves start 0.3 s apart, two of them.
+    low, _ = cfg.suspicion_bounds(CONFIG, 20)
+    waves = math.ceil(low / (machine._CHECK_WAVE_INTERVALS * CONFIG.probe_interval))
+    assert waves == 2
     chosen: set[str] = set()
     for suspect, origin, incarnation in [("m5", "m9", 0), ("m5", "m9", 1), ("m12", "", 3)]:
-        checkers = {
-            name
-            for name, member in views.items()
-            if name not in (suspect, origin) and member._checks(suspect, incarnation, origin)
-        }
-        assert len(checkers) == CONFIG.suspect_checkers, (suspect, incarnation)
-        chosen |= checkers
+        by_wave: dict[int | None, set[str]] = {}
+        for name, member in views.items():
+            if name not in (suspect, origin):
+                wave = member._check_wave(suspect, incarnation, origin)
+                by_wave.setdefault(wave, set()).add(name)
+        sizes = {w: len(names) for w, names in by_wave.items() if w is not None}
+        assert sizes == {w: CONFIG.suspect_checkers for w in range(waves)}, (suspect, incarnation)
+        chosen |= by_wave[0]
     # Each new suspicion (a new incarnation) asks other members: no member is everyone's checker.
     assert len(chosen) > CONFIG.suspect_checkers
+
+
+def later_wave_member(n: int) -> tuple[machine.Machine, str]:
+    """A member of a group of n that is in wave 1 for a suspicion of m7 raised by m3."""
+    views = group_views(n)
+    for name, member in views.items():
+        if name not in ("m7", "m3") and member._check_wave("m7", 0, "m3") == 1:
+            while member._next_gossip_at == 0.0:
+                member.tick(0.0)  # let the introductions go out
+            return member, name
+    raise AssertionError("no member in wave 1")
+
+
+def queued_checks(member: machine.Machine, until: float) -> list[tuple[float, str]]:
+    """When the member decided to check a suspect ahead of its schedule, and which."""
+    queued: list[tuple[float, str]] = []
+    check = member._probe_soon
+
+    def recorded(now: float, name: str) -> None:
+        queued.append((now, name))
+        check(now, name)
+
+    member._probe_soon = recorded  # type: ignore[method-assign]
+    now = member.next_deadline()
+    while now <= until:
+        member.tick(now)
+        now = member.next_deadline()
+    return queued
+
+
+def test_a_later_wave_checks_a_suspicion_that_still_lacks_confirmations() -> None:
+    member, _ = later_wave_member(20)
+    member.receive(1.0, address(3), (m.Suspect(0, "m7", "m3"),))
+    assert "m7" not in member._probe_order  # not in the first wave
+    wave_at = 1.0 + machine._CHECK_WAVE_INTERVALS * CONFIG.probe_interval
+    assert queued_checks(member, wave_at + 0.5) == [(wave_at, "m7")]
+
+
+def test_a_later_wave_stays_out_of_a_suspicion_already_confirmed() -> None:
+    member, _ = later_wave_member(20)
+    member.receive(1.0, address(3), (m.Suspect(0, "m7", "m3"),))
+    member.receive(1.1, address(4), (m.Suspect(0, "m7", "m4"), m.Suspect(0, "m7", "m5")))
+    wave_at = 1.0 + machine._CHECK_WAVE_INTERVALS * CONFIG.probe_interval
+    assert queued_checks(member, wave_at + 0.5) == []
 
 
 def reminders(member: machine.Machine, suspect: m.Address, until: float) -> int:
@@ -458,3 +508,28 @@ def test_a_private_suspicion_of_a_dead_member_still_ends_in_its_death() -> None:
     while a.states()[target] == m.State.SUSPECT and a.next_deadline() <= deadline + 1:
         a.tick(a.next_deadline())
     assert a.states()[target] == m.State.DEAD
+
+
+def returned(output: machine.Output) -> list[machine.Change]:
+    return [c for c in output.changes if c.kind == machine.ChangeKind.RETURNED]
+
+
+def test_refuting_our_own_death_is_a_returned_change_and_a_suspicion_is_not() -> None:
+    a = make("a", 1)
+    know(a, ("b", 2))
+    assert returned(a.receive(0.1, address(2), (m.Suspect(0, "a", "b"),))) == []
+    assert a.incarnation == 1
+    out = a.receive(0.2, address(2), (m.Dead(1, "a", "b"),))
+    assert [(c.name, c.state, c.incarnation) for c in returned(out)] == [("a", m.State.ALIVE, 2)]
+    assert a.stats.deaths_refuted == 1
+    # Already refuted: an older verdict changes nothing.
+    assert returned(a.receive(0.3, address(2), (m.Dead(1, "a", "b"),))) == []
+
+
+def test_a_verdict_of_our_death_in_a_push_pull_is_refuted_as_a_return() -> None:
+    a = make("a", 1)
+    know(a, ("b", 2))
+    dead = m.MemberState("a", address(1), 0, m.State.DEAD, b"")
+    out = a.receive(0.1, address(2), (m.PushPull(False, False, (dead,)),))
+    assert [c.name for c in returned(out)] == ["a"]
+    assert a.incarnation == 1

@@ -186,9 +186,10 @@ def test_gossip_of_large_meta_fits_every_datagram() -> None:
         for send in a.tick(now).sends:
             sent += 1
             assert len(send.packet) <= cfg.DEFAULT.max_datagram - sealing.OVERHEAD
-            # Metadata is never split from its Alive.
+            # Metadata is never split from its Alive (ours, without meta, rides on our
+            # first probe of each member).
             for x in messages(send):
-                if isinstance(x, m.Alive):
+                if isinstance(x, m.Alive) and x.name != "a":
                     assert x.meta == bytes([int(x.name[1:])]) * 400
     assert sent > 0
 
