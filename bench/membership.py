@@ -785,13 +785,23 @@ def layer2_moves(g: Group, addresses: int, count: int, budget: float) -> dict[st
         plane.start()
         g.settle()
         started = g.false_deaths(since)
-        moves, aborted = membership_l2.cuts(plane, count, budget)
+        # Half the cuts restored a second after the group has the victim dead, half held
+        # LONG_HOLD_S more: long enough for the victim to declare some members dead and claim
+        # their addresses in its own view (its link is down: nobody hears it).
+        moves, aborted = membership_l2.cuts(plane, count - count // 2, budget)
+        if aborted is None and count // 2:
+            held, aborted = membership_l2.cuts(plane, count // 2, budget, hold=LONG_HOLD_S)
+            moves = membership_l2.added(moves, held)
     finally:
         plane.stop()
     result = membership_l2.summary(moves, addresses, len(g.members), aborted)
     result["false_positives_while_starting"] = len(started)
     result["unanswered"] = len(moves.unanswered)
+    result["long_hold_s"] = LONG_HOLD_S
     return result
+
+
+LONG_HOLD_S = 8.0
 
 
 def print_large(label: str, big: dict[str, Any]) -> None:

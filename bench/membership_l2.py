@@ -295,6 +295,18 @@ def cuts(
     return out, aborted
 
 
+def added(a: Moves, b: Moves) -> Moves:
+    """Two runs of cuts counted as one (the later one's unanswered addresses)."""
+    return Moves(
+        victim=a.victim + b.victim,
+        collateral_while_cut=a.collateral_while_cut + b.collateral_while_cut,
+        collateral_after_restore=a.collateral_after_restore + b.collateral_after_restore,
+        cuts=a.cuts + b.cuts,
+        victim_addresses=a.victim_addresses + b.victim_addresses,
+        unanswered=b.unanswered,
+    )
+
+
 def summary(moves: Moves, addresses: int, members: int, aborted: str | None) -> dict[str, Any]:
     return {
         "members": members,
