@@ -439,7 +439,7 @@ def test_a_cut_link_moves_only_its_own_layer2_addresses_at_the_tor(key_file: Pat
     gives it from its own view; a link cut and restored once the others have it dead, then one
     held until the cut member has every other dead too (it then owns every address in its own
     view). The ToR's capture (every ARP reply on the bridge) says which addresses changed
-    hands: only the cut member's, away and back, each once."""
+    hands: only the cut member's, away and back."""
     if os.geteuid() != 0:
         pytest.fail("needs root (network namespaces, raw sockets)", pytrace=False)
     from bench import membership, membership_l2
@@ -457,7 +457,10 @@ def test_a_cut_link_moves_only_its_own_layer2_addresses_at_the_tor(key_file: Pat
     for moves in (short, long):
         assert moves.cuts == 1
         assert moves.victim_addresses > 0
-        assert moves.victim == 2 * moves.victim_addresses  # each away once, and back once
+        # Each away once and back once; the stand-in's takeover burst may still send one more
+        # announcement after the victim's own (up to 1.1 s before it hears the victim is back):
+        # at most one more round trip per address (docs/membership.md, "What a cut costs").
+        assert 2 * moves.victim_addresses <= moves.victim <= 4 * moves.victim_addresses
         assert moves.collateral_while_cut == 0
         assert moves.collateral_after_restore == 0
         assert moves.unanswered == []
