@@ -27,33 +27,12 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from bench.membership import GONE, LIVE, Group, Member, wait
 from speaker import election
 
-LIVE = {"alive", "suspect"}
-GONE = {"dead", "left"}
 _REPLY = re.compile(r"Reply (\d+\.\d+\.\d+\.\d+) is-at ([0-9a-f:]{17})")
-
-
-class Member(Protocol):
-    name: str
-    namespace: str
-    view: dict[str, str]
-    returns: int
-
-
-class Group(Protocol):
-    members: list[Any]
-    switch: str
-    lock: threading.Lock
-
-    def cut(self, member: Any) -> None: ...
-    def restore(self, member: Any) -> None: ...
-    def converged(self) -> bool: ...
-    def all_report(self, subject: Any, states: set[str], since: float) -> float | None: ...
-    def settle(self, quiet: float = 1.0, limit: float = 20.0) -> None: ...
-    def mac(self, member: Any) -> str: ...
 
 
 def service_addresses(count: int) -> list[str]:
@@ -140,7 +119,7 @@ class Plane:
         thread.start()
         self._threads.append(thread)
 
-    def _start_server(self, member: Any) -> subprocess.Popen[str]:
+    def _start_server(self, member: Member) -> subprocess.Popen[str]:
         server = subprocess.Popen(
             ["ip", "netns", "exec", member.namespace, "env", f"PYTHONPATH={self.root}",
              self.python, "-m", "speaker.layer2", "serve"],
@@ -192,7 +171,7 @@ class Plane:
             return False
         return True
 
-    def members(self) -> list[Any]:
+    def members(self) -> list[Member]:
         return [m for m in self.group.members if m.name in self.servers]
 
     # --- the ToR's part ------------------------------------------------------------------------
@@ -230,17 +209,7 @@ class Plane:
         return out
 
 
-def wait(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise TimeoutError(f"{what}: not within {timeout:.0f} s")
-
-
-def alone(g: Group, victim: Any) -> bool:
+def alone(g: Group, victim: Member) -> bool:
     """Whether the victim has every other member dead in its own view."""
     with g.lock:
         return all(victim.view.get(m.name) in GONE for m in g.members if m is not victim)

@@ -113,7 +113,7 @@ class Agent:
     # The interfaces answering ARP/NDP as the latest pass saw them.
     _interfaces_seen: frozenset[str] | None = None
     # The live speakers the previous pass saw, and the verdicts of our own death refuted by
-    # then: what members coming back (`desired.announce_again`) is measured against.
+    # then: what members coming back (`election.to_announce_again`) is measured against.
     _alive_before: frozenset[str] | None = None
     _seen_alive: frozenset[str] = frozenset()
     _returns_seen: int = 0

@@ -97,9 +97,6 @@ class Node:
         self.config = config
         self.on_change = on_change
         self.changed = asyncio.Event()
-        # How many times we refuted a verdict of our own death (`machine.ChangeKind.RETURNED`):
-        # the others may have announced our addresses meanwhile.
-        self.returns = 0
         self.drops: collections.Counter[str] = collections.Counter()
         self.received = 0
         self.sent = 0
@@ -160,6 +157,12 @@ class Node:
 
     def members(self) -> frozenset[str]:
         return self.machine.alive()
+
+    @property
+    def returns(self) -> int:
+        """How many times we refuted a verdict of our own death (`machine.ChangeKind.RETURNED`):
+        the others may have announced our addresses meanwhile."""
+        return self.machine.stats.deaths_refuted
 
     def states(self) -> dict[str, m.State]:
         return self.machine.states()
@@ -300,7 +303,6 @@ class Node:
         if output.changes:
             alive, metadata = self.machine.alive(), self.machine.meta()
             returned = any(c.kind == machine.ChangeKind.RETURNED for c in output.changes)
-            self.returns += returned
             if alive != self._alive or metadata != self._metadata or returned:
                 self._alive, self._metadata = alive, metadata
                 self.changed.set()
