@@ -75,6 +75,7 @@ class Plane:
         # Per member: the live members its previous update saw, its returns by then, and every
         # member it has seen live (the speaker's agent keeps the same, `Agent._returns`).
         self._seen: dict[str, tuple[frozenset[str], int, frozenset[str]]] = {}
+        self._later: dict[str, election.Deferred[str]] = {}  # per member, as the agent keeps
         self.announced_again = 0  # addresses sent to be announced again, over the run
         self.mac_owner = {group.mac(m): m.name for m in group.members}
         self.replies: list[tuple[float, str, str]] = []  # (monotonic, address, member)
@@ -133,8 +134,9 @@ class Plane:
 
     def _feed(self) -> None:
         """Every 20 ms, each member whose owned set changed gets it, and the addresses it
-        kept but must announce again when members came back (`election.to_announce_again`,
-        the speaker's rule), bounded by the stop."""
+        kept but must announce again when members came back (`election.to_announce_again` and
+        `election.Deferred`, the speaker's rule, as `Agent._announce_again` applies it), bounded
+        by the stop."""
         while not self._stop.wait(0.02):
             with self.group.lock:
                 views = {
@@ -144,13 +146,22 @@ class Plane:
                     )
                     for m in self.members()
                 }
+            now = time.monotonic()
             for name, (alive, returns) in views.items():
                 mine = owned(name, alive, self.orders)
                 before, returns_before, seen = self._seen.get(name, (alive, returns, alive))
                 self._seen[name] = (alive, returns, seen | alive)
-                again = election.to_announce_again(
-                    mine, (alive - before) & seen, returns > returns_before
+                returned, we_returned = (alive - before) & seen, returns > returns_before
+                ours_with_all = (
+                    owned(name, alive | seen, self.orders) if returned or we_returned else []
                 )
+                at_once, later = election.to_announce_again(
+                    mine, ours_with_all, returned, we_returned
+                )
+                deferred = self._later.setdefault(name, election.Deferred())
+                deferred.add(later, now, we_returned)
+                settled, _ = deferred.due(alive, mine, now)
+                again = at_once | settled
                 lines: list[dict[str, Any]] = []
                 if mine != self.applied.get(name):
                     lines.append({"owned": {a: [] for a in mine}})

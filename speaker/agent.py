@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ironlb import model
+from ironlb import addresses, model
 from ironlb.problems import Problem
 from ironlb_io import kube, watching
 from speaker import (
@@ -117,6 +117,8 @@ class Agent:
     _alive_before: frozenset[str] | None = None
     _seen_alive: frozenset[str] = frozenset()
     _returns_seen: int = 0
+    # Stand-in addresses to announce again once the view is quiet (`election.Deferred`).
+    _again_later: election.Deferred[addresses.IPAddress] = field(default_factory=election.Deferred)
 
     def __post_init__(self) -> None:
         me, ns = self.options.node_name, self.options.namespace
@@ -231,14 +233,7 @@ class Agent:
         l2 = desired.l2_plan(snap, model.NodeName(me), answering)
         if self.layer2 is not None:
             self.layer2.set_owned({e.address: e.interfaces for e in l2.mine})
-            returned, we_returned = self._returns(snap.alive)
-            again = election.to_announce_again([e.address for e in l2.mine], returned, we_returned)
-            if again:
-                log.info(
-                    "announcing kept addresses again: members are back",
-                    extra={"addresses": len(again), "returned": ", ".join(sorted(returned))},
-                )
-                self.layer2.announce_again(again)
+            self._announce_again(snap, l2, answering)
             self.accounting.report_unannounceable(l2)
         reached: Mapping[str, tuple[model.PeerName, ...]] = {}
         # BGP is this node's decision alone: our own verdict always counts.
@@ -275,6 +270,38 @@ class Agent:
             model.SERVICE_BGP_STATUS: status.wanted_bgp(me, reached),
         }
         self.status_writer.want(wanted, l2_announcers)
+
+    def _announce_again(
+        self, snap: desired.Snapshot, l2: desired.L2Plan, answering: frozenset[str] | None
+    ) -> None:
+        """Kept addresses announced again when members are back (`election.to_announce_again`):
+        what is ours with every member we have seen alive now, the rest once the view is quiet
+        (a pass is asked for then)."""
+        assert self.layer2 is not None
+        mine = [e.address for e in l2.mine]
+        returned, we_returned = self._returns(snap.alive)
+        ours_with_all: frozenset[addresses.IPAddress] = frozenset()
+        if returned or we_returned:
+            everyone = dataclasses.replace(snap, alive=snap.alive | self._seen_alive)
+            plan = desired.l2_plan(everyone, model.NodeName(self.options.node_name), answering)
+            ours_with_all = frozenset(e.address for e in plan.mine)
+        now, later = election.to_announce_again(mine, ours_with_all, returned, we_returned)
+        loop = asyncio.get_running_loop()
+        self._again_later.add(later, loop.time(), we_returned)
+        settled, ask_at = self._again_later.due(snap.alive, mine, loop.time())
+        if ask_at is not None:
+            loop.call_at(ask_at, self.dirty.set)
+        again = now | settled
+        if again:
+            log.info(
+                "announcing kept addresses again: members are back",
+                extra={
+                    "addresses": len(again),
+                    "after_quiet": len(settled),
+                    "returned": ", ".join(sorted(returned)),
+                },
+            )
+            self.layer2.announce_again(again)
 
     def _returns(self, alive: frozenset[str]) -> tuple[frozenset[str], bool]:
         """(members live now that an earlier pass saw live and the previous one did not,

@@ -20,6 +20,8 @@ lasts. Only frames that get no answer are looked at, so answering a request cost
 from __future__ import annotations
 
 import asyncio
+import enum
+import errno
 import ipaddress
 import logging
 import re
@@ -41,11 +43,21 @@ from speaker.layer2 import (
 logger = logging.getLogger(__name__)
 
 SCAN_INTERVAL_S = 10.0
+# After a link or address event, the rescan waits this long: one rescan for a burst of events.
+LINK_RESCAN_DELAY_S = 0.05
 # Gratuitous frames go out this many addresses at a time, with the event loop (and so the
 # answers to requests) running in between: a takeover of 1,000 addresses would otherwise block
 # replies for tens of milliseconds per round.
 GRATUITOUS_BATCH = 64
 ALL_NODES_MAC = packets.multicast_mac(packets.ALL_NODES)
+
+
+class _Sent(enum.Enum):
+    """What became of one address's gratuitous frames."""
+
+    SENT = "sent"  # at least one frame went out
+    UNHEARD = "unheard"  # no port is open for it, or every one's link is down
+    FAILED = "failed"  # none went out for another reason (a transient error: ENOBUFS)
 
 
 class Port(Protocol):
@@ -63,7 +75,8 @@ class Port(Protocol):
     @property
     def ndp(self) -> bool: ...
 
-    def send(self, frame: bytes) -> None: ...
+    def send(self, frame: bytes) -> None:
+        """Raises OSError with errno ENETDOWN when the link is down (no carrier)."""
 
     def set_groups(self, groups: frozenset[bytes]) -> None: ...
 
@@ -225,7 +238,16 @@ class Announcer:
             self.refresh.sent(address, now)
         left = None if limit is None else limit - len(burst)
         periodic = [] if left == 0 else self.refresh.due(now, left, self.schedule.pending())
-        for address in (*burst, *periodic):
+        for address in burst:
+            if self._announce(address) is _Sent.UNHEARD:
+                # A burst nobody can hear ends. With no link up we are the one cut off: what we
+                # took over meanwhile we took from a view of the others gone stale, and going on
+                # once the link is back would pull live nodes' addresses to us until our view
+                # catches up (the layer-2 cut test saw 42 moves of other nodes' addresses).
+                # What we hold when we are back goes again through the return path
+                # (`speaker.election.to_announce_again`).
+                self.schedule.lose(address)
+        for address in periodic:
             self._announce(address)
         return self.next_due()
 
@@ -234,13 +256,14 @@ class Announcer:
         due = [t for t in (self.schedule.next_due(), self.refresh.next_due()) if t is not None]
         return min(due, default=None)
 
-    def _announce(self, address: packets.IPAddress) -> None:
+    def _announce(self, address: packets.IPAddress) -> _Sent:
         """Gratuitous ARP (both forms) or an unsolicited NA for `address` on every port it is
         announced on, each frame counted in `metallb_layer2_gratuitous_sent` as in MetalLB."""
         allowed = self.owned.get(address)
         if allowed is None:
-            return
+            return _Sent.UNHEARD
         v4 = isinstance(address, ipaddress.IPv4Address)
+        sent = failed = False
         for port in self.ports.values():
             if not responding.allows(allowed, port.name) or not (port.arp if v4 else port.ndp):
                 continue
@@ -248,9 +271,14 @@ class Announcer:
                 try:
                     port.send(frame)
                 except OSError as e:
+                    failed = failed or e.errno != errno.ENETDOWN
                     logger.warning("gratuitous %s on %s failed: %s", address, port.name, e)
                 else:
+                    sent = True
                     self.stats.gratuitous_sent[str(address)] += 1
+        if sent:
+            return _Sent.SENT
+        return _Sent.FAILED if failed else _Sent.UNHEARD
 
     def groups_for(self, port: Port) -> frozenset[bytes]:
         """Solicited-node multicast MACs of the IPv6 addresses owned on `port`, and all-nodes
@@ -287,12 +315,15 @@ class Layer2Announcer:
         on_conflict: OnConflict | None = None,
         tracker: conflicts.Tracker | None = None,
         gratuitous_interval: float = 0.0,
+        link_events: Callable[[], socket.socket] | None = sockets.link_events,
     ) -> None:
         """`on_conflict(conflict)` is called on the event loop this announcer runs on, when
         another machine's claim on an owned address is first seen and every
         `conflicts.REPORT_INTERVAL_S` while it goes on; it must not block (hand the conflict
         to another loop with `call_soon_threadsafe`). `tracker` sets the expiry and pacing.
-        `gratuitous_interval` > 0 announces every owned address again that often (seconds)."""
+        `gratuitous_interval` > 0 announces every owned address again that often (seconds).
+        `link_events` opens the socket whose readability means links or addresses changed
+        (None: the periodic scan only)."""
         self.core = Announcer(
             stats,
             refresh=gratuitous.Refresh(gratuitous_interval),
@@ -310,6 +341,9 @@ class Layer2Announcer:
         self._gratuitous_timer: asyncio.TimerHandle | None = None
         self._scan_timer: asyncio.TimerHandle | None = None
         self._expiry_timer: asyncio.TimerHandle | None = None
+        self._link_events = link_events
+        self._link_socket: socket.socket | None = None
+        self._link_rescan: asyncio.TimerHandle | None = None
 
     @property
     def stats(self) -> metrics.Stats:
@@ -341,12 +375,46 @@ class Layer2Announcer:
         except OSError as e:  # tried again at every periodic scan
             logger.warning("layer2: interface scan failed: %s (retrying)", e)
         self._scan_timer = self._loop.call_later(self._scan_interval, self._periodic_scan)
+        if self._link_events is not None:
+            try:
+                self._link_socket = self._link_events()
+            except OSError as e:
+                logger.warning("layer2: no link events (%s): interfaces scanned every %g s only",
+                               e, self._scan_interval)  # fmt: skip
+            else:
+                self._loop.add_reader(self._link_socket.fileno(), self._link_changed)
+
+    def _link_changed(self) -> None:
+        """Links or addresses changed: rescan shortly (one rescan for a burst of events)."""
+        assert self._link_socket is not None
+        sockets.drain(self._link_socket)
+        if self._link_rescan is None:
+            self._link_rescan = self._running_loop().call_later(
+                LINK_RESCAN_DELAY_S, self._rescan_now
+            )
+
+    def _rescan_now(self) -> None:
+        self._link_rescan = None
+        try:
+            self.rescan()
+        except OSError as e:
+            logger.warning("layer2: interface scan failed: %s", e)
 
     async def close(self) -> None:
-        for timer in (self._gratuitous_timer, self._scan_timer, self._expiry_timer):
+        for timer in (
+            self._gratuitous_timer,
+            self._scan_timer,
+            self._expiry_timer,
+            self._link_rescan,
+        ):
             if timer is not None:
                 timer.cancel()
-        self._gratuitous_timer = self._scan_timer = self._expiry_timer = None
+        self._gratuitous_timer = self._scan_timer = self._expiry_timer = self._link_rescan = None
+        if self._link_socket is not None:
+            if self._loop is not None:
+                self._loop.remove_reader(self._link_socket.fileno())
+            self._link_socket.close()
+            self._link_socket = None
         for name in list(self._ports):
             self._close_port(name)
         self.core.set_ports({})
@@ -396,7 +464,6 @@ class Layer2Announcer:
             entry = wanted.get(name)
             if entry is None or _identity(*entry) != (port.index, port.mac, port.arp, port.ndp):
                 self._close_port(name)
-        opened = False
         for name, (facts, eligible) in wanted.items():
             if name in self._ports:
                 continue
@@ -406,7 +473,6 @@ class Layer2Announcer:
                 logger.warning("layer2: cannot open raw sockets on %s: %s (retrying)", name, e)
                 continue
             self._ports[name] = port
-            opened = True
             for sock in port.sockets:
                 loop.add_reader(sock.fileno(), self._readable, port, sock)
             logger.info(
@@ -416,11 +482,12 @@ class Layer2Announcer:
             )
         self.core.set_ports(self._ports, macs)
         self._answering = frozenset(self._ports)
-        if opened and self.core.owned:
-            # An interface back from being down (or new) has neighbours that may have learnt
-            # our addresses elsewhere meanwhile (a node that stood in while our link was cut):
-            # what we own is announced again, as if just gained.
-            self.announce_again(list(self.core.owned))
+        # A port (re)opened announces nothing by itself. Back from a cut, our view of who is
+        # alive is stale until membership catches up: what we took over while cut off is not
+        # ours, and announcing it would pull live nodes' addresses to us. Our own addresses,
+        # taken by a stand-in while the others had us dead, go again through the return path
+        # (`speaker.election.to_announce_again`), which comes once the link is up and the
+        # port open (`_link_changed`).
 
     def _close_port(self, name: str) -> None:
         port = self._ports.pop(name)

@@ -122,6 +122,7 @@ class Stats:
     deaths_declared: int = 0
     late_ticks: int = 0
     suspicions_withheld: int = 0  # failed probes while we were slow: suspected privately
+    last_words: int = 0  # private suspicions run out: the suspect asked once more
     deaths_refuted: int = 0  # verdicts of our own death that we refuted
 
 
@@ -151,15 +152,22 @@ class _Suspicion:
     close: bool = False
     # When we check it ourselves if it still lacks confirmations (a later wave of checkers).
     check_at: float = INF
+    # Ours alone, kept from the group because we were slow when the probe failed
+    # (`_suspect_privately`), until someone else confirms it.
+    private: bool = False
+    # A private suspicion whose timer ran out asks the suspect once more and waits until then.
+    last_word_until: float | None = None
 
     def deadline(self) -> float:
-        return self.start + cfg.lifeguard_timeout(self.low, self.high, self.k, self.confirmations)
+        timer = self.start + cfg.lifeguard_timeout(self.low, self.high, self.k, self.confirmations)
+        return timer if self.last_word_until is None else max(timer, self.last_word_until)
 
     def confirm(self, origin: str) -> bool:
         if not origin or origin in self.seen:
             return False
         self.seen.add(origin)
         self.confirmations += 1
+        self.private = False
         return True
 
 
@@ -373,7 +381,11 @@ class Machine:
         if judging:
             self._judge_probe(now)
             for name, suspicion in list(self._suspicions.items()):
-                if suspicion.deadline() <= now:
+                if suspicion.deadline() > now:
+                    continue
+                if suspicion.private and suspicion.last_word_until is None:
+                    self._last_word(now, name, suspicion)
+                else:
                     self._declare_dead(now, name)
         self._nudge_suspects(now)
         self._check_late_suspicions(now)
@@ -688,6 +700,21 @@ class Machine:
                 if suspicion.confirmations < suspicion.k and not suspicion.close:
                     self._probe_soon(now, name)
 
+    def _last_word(self, now: float, name: str, suspicion: _Suspicion) -> None:
+        """A private suspicion ran out: ask the suspect once more, and declare it dead only if
+        no refutation comes within a probe's timeout (as long as ours are now).
+
+        We kept it private because we were slow or cut off ourselves, and the suspect may not
+        have heard of it: our reminders went nowhere while our link was down. A member back
+        from a cut declared a healthy member dead 0.1 s after its link came back, before any
+        reminder had reached it; the group took the verdict, and the healthy member's layer-2
+        addresses moved away and back (the layer-2 cut test, 7 moves). A dead suspect costs one
+        timeout more, and only when we were slow."""
+        suspicion.last_word_until = now + self.config.probe_timeout * self._scale()
+        member = self._members[name]
+        self.stats.last_words += 1
+        self._send(member.address, [m.Suspect(member.incarnation, name, self.name)])
+
     def _declare_dead(self, now: float, name: str) -> None:
         member = self._members[name]
         self.stats.deaths_declared += 1
@@ -860,6 +887,7 @@ class Machine:
         # it and tells the group. The suspect is asked at once.
         suspicion = self._new_suspicion(now, close=True)
         suspicion.nudge_at = now
+        suspicion.private = True
         self._suspicions[accusation.name] = suspicion
         member.state = m.State.SUSPECT
         member.since = now

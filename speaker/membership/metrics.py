@@ -79,6 +79,11 @@ class Collector(prom_registry.Collector):
             "Failed probes while this member was itself slow: suspected privately, not gossiped.",
             stats.suspicions_withheld,
         )
+        yield counter(
+            "last_words",
+            "Private suspicions run out: the suspect asked once more before being declared dead.",
+            stats.last_words,
+        )
         yield GaugeMetricFamily(
             PREFIX + "health_score",
             "Lifeguard local health (0 = healthy).",

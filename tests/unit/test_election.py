@@ -162,13 +162,70 @@ def test_losing_the_owner_moves_only_to_the_runner_up(
 @pytest.mark.parametrize(
     ("returned", "we_returned", "expected"),
     [
-        (set(), False, set()),  # nobody came back: nothing to repeat
-        ({"n2"}, False, {"a", "b"}),  # n2 may have announced any of ours while away
-        (set(), True, {"a", "b"}),  # the others took ours while they had us dead
-        ({"n2"}, True, {"a", "b"}),
+        (set(), False, (set(), set())),  # nobody came back: nothing to repeat
+        # n2 may have announced any of ours while away: "a" (ours with everyone alive) at once,
+        # "b" (held for a member dead in our view) once the view is quiet.
+        ({"n2"}, False, ({"a"}, {"b"})),
+        (set(), True, ({"a"}, {"b"})),  # the others took ours while they had us dead
+        ({"n2"}, True, ({"a"}, {"b"})),
     ],
 )
 def test_kept_addresses_are_announced_again_when_someone_comes_back(
-    returned: set[str], we_returned: bool, expected: set[str]
+    returned: set[str], we_returned: bool, expected: tuple[set[str], set[str]]
 ) -> None:
-    assert election.to_announce_again(["a", "b"], returned, we_returned) == expected
+    now, later = election.to_announce_again(["a", "b"], ["a", "c"], returned, we_returned)
+    assert (now, later) == expected
+
+
+def test_stand_in_addresses_wait_for_a_quiet_view_and_go_only_if_still_held() -> None:
+    deferred: election.Deferred[str] = election.Deferred(quiet=2.0)
+    alone = frozenset({"n1"})
+    everyone = frozenset({"n1", "n2", "n3"})
+    assert deferred.due(alone, ["a"], 0.0) == (frozenset(), None)  # nothing pending
+    deferred.add({"b", "c"}, 0.5, we_returned=False)
+    assert deferred.due(alone, ["a", "b", "c"], 1.0) == (frozenset(), 2.0)  # quiet since 0.0
+    # Members come back as our view catches up: each change restarts the wait.
+    assert deferred.due(frozenset({"n1", "n2"}), ["a", "c"], 1.5) == (frozenset(), 3.5)
+    assert deferred.due(everyone, ["a", "c"], 2.0) == (frozenset(), 4.0)
+    assert deferred.due(everyone, ["a", "c"], 3.9) == (frozenset(), 4.0)
+    # Quiet: what is still held goes ("b" went back to its owner), once.
+    assert deferred.due(everyone, ["a", "c"], 4.0) == (frozenset({"c"}), None)
+    assert deferred.due(everyone, ["a", "c"], 9.0) == (frozenset(), None)
+
+
+def test_after_our_own_return_stand_in_addresses_are_not_announced_again() -> None:
+    """We were the one cut off: what we hold for members still dead in our view is most likely
+    theirs, alive; for `stale_view` seconds none of it goes, and what was pending is dropped."""
+    deferred: election.Deferred[str] = election.Deferred(quiet=2.0, stale_view=30.0)
+    everyone = frozenset({"n1", "n2", "n3"})
+    deferred.add({"c"}, 0.0, we_returned=False)
+    deferred.add({"b"}, 1.0, we_returned=True)
+    assert deferred.pending == frozenset()
+    deferred.add({"b"}, 20.0, we_returned=False)  # a member back in our view, 19 s later
+    assert deferred.due(everyone, ["b", "c"], 25.0) == (frozenset(), None)
+    deferred.add({"b"}, 31.0, we_returned=False)  # the view has long caught up
+    assert deferred.due(everyone, ["b"], 31.0) == (frozenset({"b"}), None)  # quiet since 25
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    view=st.lists(names, min_size=2, max_size=8, unique=True),
+    ips_=st.lists(ips, min_size=1, max_size=20, unique=True),
+    data=st.data(),
+)
+def test_what_goes_at_once_is_never_a_live_members_address(
+    view: list[str], ips_: list[str], data: st.DataObject
+) -> None:
+    """Whoever we see alive, an address announced again at once is one no member we have seen
+    alive would own: announcing it cannot pull it from a live owner, however stale our view."""
+    me = view[0]
+    seen = set(view)
+    alive = {me} | set(data.draw(st.lists(st.sampled_from(view))))
+
+    def mine(live: set[str]) -> list[str]:
+        return [ip for ip in ips_ if election.owner(ip, live) == me]
+
+    now, later = election.to_announce_again(mine(alive), mine(alive | seen), {"x"}, False)
+    assert now | later == set(mine(alive))
+    for ip in now:
+        assert election.owner(ip, seen) == me

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
+import socket
 from dataclasses import dataclass, field
 
 import pytest
@@ -31,10 +33,13 @@ class FakePort:
     sent: list[bytes] = field(default_factory=list)
     groups: frozenset[bytes] = frozenset()
     fail: bool = False
+    down: bool = False  # the link is down: the kernel refuses with ENETDOWN
 
     def send(self, frame: bytes) -> None:
+        if self.down:
+            raise OSError(errno.ENETDOWN, "Network is down")
         if self.fail:
-            raise OSError("ENOBUFS")
+            raise OSError(errno.ENOBUFS, "No buffer space available")
         self.sent.append(frame)
 
     def set_groups(self, groups: frozenset[bytes]) -> None:
@@ -100,6 +105,31 @@ def test_gratuitous_rounds_repeat_on_the_clock_and_stop_on_loss() -> None:
     assert core.schedule.next_due() is None
     assert core.tick(21.1) is None
     assert eth0.take() == []
+
+
+def test_a_burst_that_cannot_leave_because_the_link_is_down_ends() -> None:
+    """Cut off, a takeover made from a stale view is not carried on once the link is back; a
+    transient error (ENOBUFS) or a link down on only one of the ports does not end it."""
+    core, eth0, eth1 = setup()
+    core.set_owned({VIP4: ("eth0",), VIP4B: ()}, now=0.0)
+    eth0.down = True
+    core.tick(0.0)
+    assert core.schedule.pending() == frozenset({VIP4B})  # eth1 took VIP4B's frames
+    assert eth0.take() == [] and len(eth1.take()) == 2
+    eth0.down = False
+    core.tick(1.1)
+    # VIP4's burst is over; VIP4B's goes on, on both ports now.
+    assert {p.sender_ip for p in eth0.take() if isinstance(p, packets.Arp)} == {VIP4B}
+    assert len(eth1.take()) == 2
+    eth1.fail = True
+    core.tick(2.2)
+    assert core.schedule.pending() == frozenset({VIP4B})  # a transient error: still on
+    eth1.fail = False
+    eth0.take()
+    # Announced again once back (the return path): a new burst on the link that is up now.
+    assert core.announce_again([VIP4], 3.0) == frozenset({VIP4})
+    core.tick(3.0)
+    assert {p.sender_ip for p in eth0.take() if isinstance(p, packets.Arp)} == {VIP4}
 
 
 def test_unchanged_ownership_sends_nothing_and_changed_interfaces_announce_again() -> None:
@@ -412,33 +442,56 @@ def test_announcing_again_starts_a_burst_for_owned_addresses_only() -> None:
     assert {p.sender_ip for p in sent} == {VIP4}
 
 
-async def test_an_interface_back_up_announces_what_is_owned_again() -> None:
-    """A node whose link was down is back: another node may have answered for its addresses
-    meanwhile, and the router's entry still points there."""
+async def test_a_link_event_rescans_at_once_and_a_port_back_up_announces_nothing_itself() -> None:
+    """Links going down and up are seen from a link event, not only at the periodic scan. A
+    takeover burst with its link down ends, and the port back up sends nothing by itself: our
+    view from while we were cut off is stale (what we hold goes again through the return
+    path, `election.to_announce_again`, once the port is open)."""
     scanned = [facts("eth0", 2)]
     opened: list[OpenedPort] = []
+    events, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    events.setblocking(False)
 
     def open_port(f: interfaces.InterfaceFacts, e: interfaces.Eligibility) -> OpenedPort:
         opened.append(OpenedPort(f.name, f.mac, e.arp, e.ndp, index=f.index))
         return opened[-1]
 
+    async def link_event() -> None:
+        kernel.send(b"RTM_NEWLINK")
+        for _ in range(100):  # bounded: 100 x 10 ms
+            await asyncio.sleep(0.01)
+            if l2._link_rescan is None and not events_pending():
+                return
+
+    def events_pending() -> bool:
+        try:
+            return bool(events.recv(1, socket.MSG_PEEK))
+        except BlockingIOError:
+            return False
+
     l2 = announcing.Layer2Announcer(
         scan=lambda: list(scanned),
         open_port=open_port,  # type: ignore[arg-type]
-        scan_interval=3600.0,
+        scan_interval=3600.0,  # the periodic scan never comes within this test
+        link_events=lambda: events,
     )
-    async with l2:
-        l2.set_owned({VIP4: []})
-        l2._fire()
-        scanned[0] = facts("eth0", 2, up=False)
-        l2.rescan()
-        l2.core.tick(asyncio.get_running_loop().time() + 10.0)  # the burst is over
-        assert l2.core.next_due() is None
-        scanned[0] = facts("eth0", 2)
-        l2.rescan()
-        assert len(opened) == 2
-        due = l2.core.next_due()
-        assert due is not None and due <= asyncio.get_running_loop().time()
-        l2._fire()
-        sent = [p for p in opened[1].take() if isinstance(p, packets.Arp)]
-        assert {p.sender_ip for p in sent} == {VIP4}
+    try:
+        async with l2:
+            assert l2.answering == frozenset({"eth0"})
+            scanned[0] = facts("eth0", 2, up=False)
+            await link_event()
+            assert l2.answering == frozenset()  # closed at the event
+            l2.set_owned({VIP4: [], VIP4B: []})  # gained while cut off: a burst nobody hears
+            l2._fire()
+            assert l2.core.next_due() is None  # so it ends
+            scanned[0] = facts("eth0", 2)
+            await link_event()
+            assert l2.answering == frozenset({"eth0"}) and len(opened) == 2
+            assert l2.core.next_due() is None
+            assert opened[1].take() == []
+            l2.announce_again([VIP4])  # the return path
+            l2._fire()
+            sent = [p for p in opened[1].take() if isinstance(p, packets.Arp)]
+            assert {p.sender_ip for p in sent} == {VIP4}
+    finally:
+        kernel.close()

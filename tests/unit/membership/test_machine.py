@@ -510,6 +510,35 @@ def test_a_private_suspicion_of_a_dead_member_still_ends_in_its_death() -> None:
     assert a.states()[target] == m.State.DEAD
 
 
+def test_a_private_suspicion_run_out_asks_the_suspect_once_more_before_the_verdict() -> None:
+    """Back from a cut, a member's private suspicion runs out before any reminder reached the
+    suspect: it asks once more, and the suspect's refutation saves it from a false death."""
+    a = make("a", 1)
+    know(a, ("b", 2), ("c", 3))
+    target = ""
+    while not target or a.stats.suspicions_withheld == 0:
+        target, _ = fail_one_probe(a, nack=False)
+    suspicion = a._suspicions[target]
+    timer = suspicion.deadline()
+    now = a.next_deadline()
+    while now < timer:  # the link is down: every reminder is lost
+        a.tick(now)
+        now = a.next_deadline()
+    out = a.tick(timer)
+    suspect = a._members[target]
+    asked = [s.address for s in out.sends for x in messages(s) if isinstance(x, m.Suspect)]
+    assert suspect.address in asked
+    assert a.states()[target] == m.State.SUSPECT and a.stats.last_words == 1
+    assert a.stats.deaths_declared == 0
+    # The suspect heard it and refutes before the last word's wait is over.
+    refutation = m.Alive(suspect.incarnation + 1, target, suspect.address)
+    a.receive(timer + 0.01, suspect.address, (refutation,))
+    assert a.states()[target] == m.State.ALIVE
+    while a.next_deadline() <= timer + 1:
+        a.tick(a.next_deadline())
+    assert a.states()[target] != m.State.DEAD  # (the other, never refuting, may be by now)
+
+
 def returned(output: machine.Output) -> list[machine.Change]:
     return [c for c in output.changes if c.kind == machine.ChangeKind.RETURNED]
 
