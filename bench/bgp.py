@@ -452,10 +452,33 @@ def _sample(pid: int, role: str) -> ProcessSample | None:
     return ProcessSample(
         pid,
         role,
-        (int(fields[11]) + int(fields[12])) / TICK,
+        # utime + stime, and cutime + cstime: the CPU of children it has waited for, so that
+        # short-lived ones count (MetalLB's FRR reloader runs frr-reload.py and vtysh for
+        # every change).
+        sum(int(f) for f in fields[11:15]) / TICK,
         round(memory.get("VmRSS", 0.0), 1),
         round(memory.get("VmHWM", 0.0), 1),
     )
+
+
+# FRR's daemons, as MetalLB's FRR mode runs them beside its speaker (hack.metallb).
+FRR_DAEMONS = ("zebra", "staticd", "bgpd", "bfdd")
+
+
+def process_role(root: bool, argv: Sequence[bytes]) -> str:
+    """What a process of a speaker's tree is: `speaker` (the root), `exabgp` (ironlb's),
+    an FRR daemon by name or `frr-reloader` (MetalLB's FRR mode), else `other`."""
+    if root:
+        return "speaker"
+    head = argv[:3]
+    if any(b"exabgp" in a for a in head):
+        return "exabgp"
+    name = os.path.basename(argv[0]).decode(errors="replace") if argv else ""
+    if name in FRR_DAEMONS:
+        return name
+    if any(a.endswith(b"frr-reloader.sh") for a in head):
+        return "frr-reloader"
+    return "other"
 
 
 def process_tree(root: int) -> list[ProcessSample]:
@@ -470,13 +493,7 @@ def process_tree(root: int) -> list[ProcessSample]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        role = (
-            "speaker"
-            if pid == root
-            else "exabgp"
-            if any(b"exabgp" in a for a in argv[:3])
-            else "other"
-        )
+        role = process_role(pid == root, argv)
         sample = _sample(pid, role)
         if sample is not None:
             out.append(sample)

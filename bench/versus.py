@@ -29,6 +29,11 @@ part with its speakers alone, as `bench/bgp.py` measures):
   SIGTERMed, until the FIB is empty.
 
     python -m bench.versus [--quick] [--trials N] [--routes N] [--cases quick|all|NAME,...]
+                           [--metallb-mode frr|native]
+
+`--metallb-mode`: MetalLB as its 0.15 chart installs it by default (`frr`: FRR's daemons and
+MetalLB's reloader beside each speaker, counted in what a node pays), or with its own BGP
+(`native`).
 
 `--quick`: 1 trial per fault, 1,000 routes, a few conformance cases: under 5 minutes once MetalLB
 is built (its cold build, reported as `metallb_build_s`, is not counted in that). Progress goes to
@@ -362,7 +367,7 @@ def run(
     fib = bgp.Fib(lab, [str(bgp.SMALL_POOL), str(bgp.BULK_NET)], str(bgp.BULK_NET), lab.nodes)
     api = bgp.Api(lab)
     try:
-        with phase("metallb"), metallb.deployed(lab) as theirs:
+        with phase("metallb"), metallb.deployed(lab, mode=args.metallb_mode) as theirs:
             with phase("metallb_l2_conformance"):
                 result.runs["metallb"] = conformance_side(lab, "metallb", cases)
                 l2, costs = l2_side(lab, "metallb", theirs, trials, args.drains)
@@ -398,7 +403,9 @@ def summarise(
     started: float,
 ) -> dict[str, Any]:
     differences = conformance.compare_all(
-        result.runs.get("ironlb", []), result.runs.get("metallb", [])
+        result.runs.get("ironlb", []),
+        result.runs.get("metallb", []),
+        conformance.deliberate_for(args.metallb_mode),
     )
     compared = len(result.runs.get("ironlb", [])) if "metallb" in result.runs else 0
     return {
@@ -406,6 +413,7 @@ def summarise(
         "quick": args.quick,
         "incomplete": incomplete,
         "metallb_version": metallb.VERSION,
+        "metallb_mode": args.metallb_mode,
         "metallb_build_s": round(build_s, 1),
         "nodes": 3,
         "l2_trials_per_fault": args.trials,
@@ -428,6 +436,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status-trials", type=int, default=None, help="status-to-FIB (10)")
     parser.add_argument("--routes", type=int, default=None, help="routes (10,000)")
     parser.add_argument("--cases", default="", help="quick, all, or case names (a,b)")
+    parser.add_argument(
+        "--metallb-mode",
+        choices=metallb.MODES,
+        default=metallb.DEFAULT_MODE,
+        help=f"how MetalLB speaks BGP: FRR beside its speaker or its own ({metallb.DEFAULT_MODE},"
+        " its chart's default)",
+    )
     args = parser.parse_args(argv)
     args.trials = args.trials or (1 if args.quick else 10)
     args.status_trials = args.status_trials or (3 if args.quick else 10)

@@ -537,6 +537,9 @@ class Deliberate:
     cases: tuple[str, ...] = ("*",)
     ironlb: tuple[Value, ...] | _Any = ANY
     metallb: tuple[Value, ...] | _Any = ANY
+    # The MetalLB modes (`hack.metallb.MODES`) in which it differs so: how MetalLB speaks BGP
+    # changes what its webhook accepts.
+    modes: tuple[str, ...] = ("frr", "native")
 
     def matches(self, case: str, path: str, ironlb: Value, metallb: Value) -> bool:
         return (
@@ -678,10 +681,18 @@ DELIBERATE: dict[str, Deliberate] = {
         reason=(
             "MetalLB's native BGP mode refuses IPv6 pools in BGP advertisements and large "
             "communities (`DiscardFRROnly`, internal/config/validation.go); ironlb's BGP "
-            "(ExaBGP) announces both."
+            "(ExaBGP) announces both, as MetalLB's FRR mode does."
         ),
+        modes=("native",),
     ),
 }
+
+
+def deliberate_for(
+    mode: str, table: Mapping[str, Deliberate] = DELIBERATE
+) -> dict[str, Deliberate]:
+    """The rows that explain differences from MetalLB run in `mode`."""
+    return {name: row for name, row in table.items() if mode in row.modes}
 
 
 @dataclass(frozen=True)
@@ -792,13 +803,14 @@ def render_deliberate(table: Mapping[str, Deliberate] = DELIBERATE) -> str:
         "The conformance run compares what a user sees under ironlb and under MetalLB, path by",
         "path (`flatten`); a difference counts as explained only when it matches a row here.",
         "",
-        "| id | cases | paths | ironlb | MetalLB | why |",
-        "|---|---|---|---|---|---|",
+        "| id | MetalLB mode | cases | paths | ironlb | MetalLB | why |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, entry in table.items():
         cases = ", ".join(f"`{c}`" for c in entry.cases) if entry.cases != ("*",) else "all"
         paths = ", ".join(f"`{p}`" for p in entry.paths)
-        cells = [f"`{name}`", cases, paths, _values(entry.ironlb), _values(entry.metallb)]
+        modes = ", ".join(entry.modes) if set(entry.modes) != {"frr", "native"} else "both"
+        cells = [f"`{name}`", modes, cases, paths, _values(entry.ironlb), _values(entry.metallb)]
         cells.append(entry.reason)
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"

@@ -6,6 +6,7 @@ on the same nodes, kube-proxy, Pods and ToR, so that every comparison is measure
     python -m hack.metallb install [--dir LAB] # its CRDs (in place of ours), RBAC, ...
     python -m hack.metallb uninstall [--dir LAB]
     python -m hack.metallb run [--dir LAB]     # install + start; Ctrl-C stops and uninstalls
+    python -m hack.metallb --mode native run    # its own BGP instead of FRR beside the speaker
 
 Choices, and why:
 * Built like the Kubernetes binaries (hack/cluster.py): a throw-away main module that requires
@@ -14,11 +15,12 @@ Choices, and why:
   build it on first use (`ensure_built`); `hack/setup` does not, so the test command's cold time
   stays as it is.
 * Everything else comes from MetalLB's Helm chart in the downloaded module, rendered by `helm
-  template` for a native-BGP install with its webhook off: the CRDs (its `crds` subchart; the same
-  objects as its `metallb-native.yaml`), the ServiceAccounts, RBAC and the excluded-interfaces
-  ConfigMap, applied as rendered; and the speaker DaemonSet and controller Deployment, never
-  applied, read for how each process runs: its arguments, its environment (fieldRefs resolved
-  for the node) and the files its Pod mounts. Nothing of MetalLB is copied into this repository.
+  template` for the mode (`--mode`, `MODES`) with its webhook off: the CRDs (its `crds`
+  subchart; the same objects as its `metallb-native.yaml`), the ServiceAccounts, RBAC and the
+  ConfigMaps (excluded interfaces; in FRR mode FRR's startup files), applied as rendered; and the
+  speaker DaemonSet and controller Deployment, never applied, read for how each process runs:
+  its arguments, its environment (fieldRefs resolved for the node) and the files its Pod mounts.
+  Nothing of MetalLB is copied into this repository.
 * The lab applies our metallb.io CRDs; `install` replaces them with MetalLB's (same names, its
   schemas) and deletes ours that MetalLB lacks; `uninstall` puts ours back. So one lab can run
   each system in turn.
@@ -40,6 +42,15 @@ What differs from MetalLB in a cluster, and why:
   memberlist key at /etc/ml_secret_key and the excluded interfaces at /etc/metallb (a path
   compiled into the speaker). `ip netns exec` already gives the speaker a mount namespace of its
   own; there /etc is overlaid with a tmpfs holding these files, and nothing outside it changes.
+* FRR mode (`frr`, the 0.15 chart's default): each node's speaker gets the node's FRR beside it,
+  as the chart's FRR, reloader and speaker containers share a Pod. Debian's FRR 8.4 daemons
+  (`frr`; the chart's image has FRR 9.1) and `frr-reload.py` (`frr-pythontools`) run with the
+  chart's daemons file, vtysh.conf and frr.conf (its frr-startup ConfigMap) and MetalLB's
+  reloader script from its module, in the speaker's private mount namespace with the node's
+  own directories over /etc/frr, /run/frr and /etc/frr_reloader (`ETC_OVERLAY`): never FRR's
+  paths in the host's view. They are children of the speaker: one process tree per node
+  (what a node pays), stopped with it (as deleting the Pod stops every container). Not run:
+  the chart's frr-metrics sidecar (metrics only) and watchfrr (restarts a crashed daemon).
 * Its webhook is off (the chart's `controller.webhookMode=disabled`), as ours is in the lab. The
   BGPPeer CRD still names its conversion webhook, as shipped, so only v1beta2 BGPPeers can be
   written while MetalLB runs here (every lab manifest uses v1beta2).
@@ -88,15 +99,24 @@ TEMPLATES = (
     "templates/speaker.yaml",
     "templates/controller.yaml",
 )
+# How MetalLB speaks BGP. `frr`: FRR beside the speaker, which renders frr.conf and has
+# MetalLB's reloader apply it with frr-reload.py (the 0.15 chart's default, `speaker.frr.enabled`);
+# `native`: the speaker's own Go BGP (`METALLB_BGP_TYPE=native`, no chart's default).
+MODES = ("frr", "native")
+DEFAULT_MODE = "frr"  # the pinned version's chart default
 VALUES = (
-    # Native BGP: the speaker container alone, without the FRR sidecars that are the chart's
-    # default, and no METALLB_BGP_TYPE=frr in either process. The ToR peers with MetalLB's own
-    # BGP implementation, the one ironlb's BGP mode is compared with.
-    "speaker.frr.enabled=false",
     # `--webhook-mode=disabled`: the lab's apiserver reaches no Service (no kube-proxy beside
     # it) to call a webhook through, and ours is off in the lab too.
     "controller.webhookMode=disabled",
 )
+# FRR's daemons (Debian's `frr`) and frr-reload.py (`frr-pythontools`), as the chart's FRR
+# image has them.
+FRR_BIN = Path("/usr/lib/frr")
+FRR_RELOAD = FRR_BIN / "frr-reload.py"
+FRR_STARTUP = f"{RELEASE}-frr-startup"  # the chart's ConfigMap: daemons, vtysh.conf, frr.conf
+# watchfrr always starts these, whatever the daemons file says (FRR 8's frrcommon.sh).
+FRR_ALWAYS = ("zebra", "staticd")
+RELOADER = Path("frr-tools") / "reloader" / "frr-reloader.sh"  # inside the module
 # Applied as rendered, in this order (accounts before the bindings that name them).
 APPLIED_KINDS = (
     "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap",
@@ -115,14 +135,36 @@ MANAGER = "ironlb-lab-metallb"
 UNSCHEDULED = "ironlb-lab-nobody"  # a schedulerName no scheduler answers to
 # The files of the speaker's Pod: overlaid on /etc inside its own mount namespace (see the module
 # docstring). $1 is a directory with `files/` (what to add, relative to /etc) and `mnt/` (an
-# empty mount point); the rest is the command, exec'd so that it keeps the process's pid.
+# empty mount point); $2 is this node's FRR directory (`frr_node_files`), or `-` in native mode;
+# the rest is the command, exec'd so that it keeps the process's pid.
+#
+# In FRR mode the node's FRR runs in the same private view, as the chart's FRR and reloader
+# containers do beside the speaker: the node's own directories over /etc/frr (the chart's
+# frr-conf volume) and /run/frr (frr-sockets), and over /etc/frr_reloader (reloader, shared
+# with the speaker, which writes frr.conf there and signals the reloader). The daemons start
+# in the background without -d, so they stay children of the speaker (what a node pays is one
+# process tree; stopping the speaker's group stops them, as deleting the Pod does), each with
+# the options of the chart's daemons file (`daemons.list`: one `name options` per line).
 ETC_OVERLAY = """set -e
 d=$1
-shift
+n=$2
+shift 2
 mount -t tmpfs -o size=1m,mode=0755 ironlb-metallb "$d/mnt"
 mkdir "$d/mnt/upper" "$d/mnt/work"
 cp -R "$d/files/." "$d/mnt/upper/"
 mount -t overlay -o "lowerdir=/etc,upperdir=$d/mnt/upper,workdir=$d/mnt/work" ironlb-metallb /etc
+if [ "$n" != - ]; then
+  mkdir -p /etc/frr_reloader
+  mount --bind "$n/reloader" /etc/frr_reloader
+  mount --bind "$n/etc" /etc/frr
+  [ -d /run/frr ] || mkdir -m 0755 /run/frr
+  mount --bind "$n/run" /run/frr
+  while read -r daemon options; do
+    # shellcheck disable=SC2086 # the options are words, as the daemons file gives them
+    "$n/bin/$daemon" $options &
+  done < "$n/daemons.list"
+  SHARED_VOLUME=/etc/frr_reloader bash "$n/frr-reloader.sh" >>"$n/reloader.log" 2>&1 &
+fi
 exec "$@"
 """
 
@@ -257,6 +299,12 @@ class Chart:
         raise MetalLBError(f"the chart rendered no ConfigMap {name}")
 
     @property
+    def mode(self) -> str:
+        """`frr` when the chart runs FRR beside the speaker, else `native`."""
+        env = {e["name"]: e.get("value") for e in container(self.speaker).get("env", [])}
+        return "frr" if env.get("METALLB_BGP_TYPE") == "frr" else "native"
+
+    @property
     def memberlist_secret(self) -> str:
         """The Secret the controller is told to create and the speakers mount."""
         env = {e["name"]: e.get("value") for e in container(self.controller).get("env", [])}
@@ -325,15 +373,23 @@ def split(documents: Iterable[dict[str, Any] | None]) -> Chart:
     return Chart(tuple(crds), tuple(applied), speaker, controller)
 
 
-def render(version: str = VERSION) -> Chart:
-    """`helm template` of MetalLB's chart from its module, with VALUES."""
+def values(mode: str) -> tuple[str, ...]:
+    """The chart's values for a mode: FRR beside the speaker or not (then, in both processes,
+    no METALLB_BGP_TYPE=frr: MetalLB's own BGP)."""
+    if mode not in MODES:
+        raise MetalLBError(f"MetalLB mode {mode!r}: one of {', '.join(MODES)}")
+    return (f"speaker.frr.enabled={'true' if mode == 'frr' else 'false'}", *VALUES)
+
+
+def render(version: str = VERSION, mode: str = DEFAULT_MODE) -> Chart:
+    """`helm template` of MetalLB's chart from its module, with the mode's values."""
     try:
         helm = tools.helm()
     except tools.ToolError as e:
         raise MetalLBError(str(e)) from None
     argv = [str(helm), "template", RELEASE, str(module_dir(version) / CHART)]
     argv += ["--namespace", NAMESPACE]
-    for value in VALUES:
+    for value in values(mode):
         argv += ["--set", value]
     for template in TEMPLATES:
         argv += ["--show-only", template]
@@ -460,6 +516,8 @@ def speaker_files(chart: Chart, memberlist_key: str) -> dict[str, str]:
             data = chart.config_map(volume["configMap"]["name"]).get("data") or {}
         elif "secret" in volume and volume["secret"]["secretName"] == chart.memberlist_secret:
             data = {SECRET_KEY: memberlist_key}
+        elif "emptyDir" in volume and relative == "frr_reloader" and chart.mode == "frr":
+            continue  # shared with the node's FRR: bound from its directory (ETC_OVERLAY)
         else:
             raise MetalLBError(f"the speaker mounts {mount['name']}, which the lab cannot give")
         for key, text in data.items():
@@ -475,13 +533,17 @@ def speaker_command(
     binary: Path,
     kubeconfig: Path,
     etc: Path,
+    frr: Path | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """argv and environment of node `index`'s speaker, to run in its namespace."""
+    """argv and environment of node `index`'s speaker, to run in its namespace; in FRR mode
+    with the node's FRR (`frr`, a directory `frr_node_files` filled)."""
     if any(c in str(etc) for c in ",:"):
         raise MetalLBError(f"{etc}: overlayfs options cannot name a path with ',' or ':'")
+    if (frr is not None) != (chart.mode == "frr"):
+        raise MetalLBError(f"a {chart.mode} speaker {'needs' if frr is None else 'takes no'} FRR")
     c = container(chart.speaker)
     argv = [
-        "sh", "-c", ETC_OVERLAY, "sh", str(etc),
+        "sh", "-c", ETC_OVERLAY, "sh", str(etc), str(frr) if frr is not None else "-",
         str(binary),
         *c.get("args", []),
         # Outside a Pod there is no in-cluster configuration and no ServiceAccount namespace
@@ -494,10 +556,36 @@ def speaker_command(
     env = {
         "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),  # for sh, mount, cp
         **resolve_env(c, pod_fields(lab, index)),
-        # MetalLB's own BGP speaker (also its default when unset): no FRR in the node.
-        "METALLB_BGP_TYPE": "native",
+        # The chart's, in FRR mode (`frr`); in native mode, MetalLB's own BGP speaker (also
+        # its default when unset).
+        "METALLB_BGP_TYPE": chart.mode,
     }
     return argv, env
+
+
+def frr_daemons(chart: Chart) -> list[tuple[str, str]]:
+    """(daemon, options) as the chart's daemons file starts them: zebra and staticd always,
+    then every daemon set to `yes`, each with its `<name>_options`."""
+    text = (chart.config_map(FRR_STARTUP).get("data") or {}).get("daemons", "")
+    settings: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, value = line.strip().partition("=")
+        if sep and not name.startswith("#"):
+            settings[name] = value.strip().strip('"').strip()
+    enabled = [d for d in FRR_ALWAYS]
+    enabled += [n for n, v in settings.items() if v == "yes" and n not in enabled and "_" not in n]
+    return [(d, " ".join(settings.get(f"{d}_options", "").split())) for d in enabled]
+
+
+def frr_node_files(chart: Chart, version: str = VERSION) -> dict[str, str]:
+    """A node's FRR directory, by relative path: `etc/` (the chart's frr-startup files),
+    `daemons.list` (`frr_daemons`), `frr-reloader.sh` (MetalLB's, from its module); the
+    caller adds the empty `run/` and `reloader/` and `bin` (a link to FRR_BIN)."""
+    data = chart.config_map(FRR_STARTUP).get("data") or {}
+    files = {f"etc/{name}": text for name, text in data.items()}
+    files["daemons.list"] = "".join(f"{d} {o}\n" for d, o in frr_daemons(chart))
+    files["frr-reloader.sh"] = (module_dir(version) / RELOADER).read_text()
+    return files
 
 
 def controller_command(
@@ -517,7 +605,7 @@ def controller_command(
     env = {
         "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
         **resolve_env(c, {}),
-        "METALLB_BGP_TYPE": "native",  # which configuration it validates; its default too
+        "METALLB_BGP_TYPE": chart.mode,  # which configuration it validates
     }
     return argv, env
 
@@ -611,6 +699,7 @@ class MetalLBDeployment:
 
     lab: network_lab.Lab
     version: str = VERSION
+    mode: str = DEFAULT_MODE
     controller: subprocess.Popen[Any] | None = None
     speakers: dict[int, subprocess.Popen[Any]] = field(default_factory=dict)
     _chart: Chart | None = None
@@ -625,7 +714,7 @@ class MetalLBDeployment:
     @property
     def chart(self) -> Chart:
         if self._chart is None:
-            self._chart = render(self.version)
+            self._chart = render(self.version, self.mode)
         return self._chart
 
     def kubeconfig(self, component: str) -> Path:
@@ -704,7 +793,28 @@ class MetalLBDeployment:
         )
         return self.controller
 
+    def frr_directory(self, index: int) -> Path:
+        return self.directory / "frr" / f"node{index}"
+
+    def _fresh_frr(self, index: int) -> Path:
+        """Node `index`'s FRR directory, as a new Pod's emptyDirs are: the chart's startup files,
+        nothing else; owned by FRR's user, as the chart's init container leaves them."""
+        frr = self.frr_directory(index)
+        shutil.rmtree(frr, ignore_errors=True)
+        for relative, text in frr_node_files(self.chart, self.version).items():
+            path = frr / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        for empty in ("run", "reloader"):
+            (frr / empty).mkdir(parents=True, exist_ok=True)
+        (frr / "bin").symlink_to(FRR_BIN)
+        for path in [frr, *frr.rglob("*")]:
+            if not path.is_symlink():
+                shutil.chown(path, "frr", "frr")
+        return frr
+
     def start_speaker(self, index: int) -> subprocess.Popen[Any]:
+        frr = self._fresh_frr(index) if self.chart.mode == "frr" else None
         argv, env = speaker_command(
             self.chart,
             self.lab,
@@ -712,6 +822,7 @@ class MetalLBDeployment:
             binary=bin_dir(self.version) / "speaker",
             kubeconfig=self.kubeconfig("speaker"),
             etc=self.etc,
+            frr=frr,
         )
         process = self.lab.popen(
             network_lab.node_namespace(index),
@@ -756,12 +867,19 @@ class MetalLBDeployment:
 
 @contextlib.contextmanager
 def deployed(
-    lab: network_lab.Lab, *, version: str = VERSION, speakers: Iterable[int] | None = None
+    lab: network_lab.Lab,
+    *,
+    version: str = VERSION,
+    speakers: Iterable[int] | None = None,
+    mode: str = DEFAULT_MODE,
 ) -> Iterator[MetalLBDeployment]:
     """MetalLB built, installed and running in the lab; afterwards stopped and our CRDs back."""
     ensure_built(version)
-    chart = render(version)  # before the lab is touched: what fails here leaves it as it was
-    deployment = MetalLBDeployment(lab, version, _chart=chart)
+    # Before the lab is touched: what fails here leaves it as it was.
+    chart = render(version, mode)
+    if mode == "frr" and not FRR_RELOAD.exists():
+        raise MetalLBError(f"{FRR_RELOAD} is missing: install Debian's frr-pythontools")
+    deployment = MetalLBDeployment(lab, version, mode, _chart=chart)
     try:
         install(lab, version, chart)
         deployment.start(speakers)
@@ -791,6 +909,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dir", type=Path, default=network_lab.DEFAULT_DIR, help="the lab's state directory"
     )
+    parser.add_argument(
+        "--mode", choices=MODES, default=DEFAULT_MODE, help=f"how it speaks BGP ({DEFAULT_MODE})"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("build", help="build speaker and controller into the cache; print where")
     sub.add_parser("render", help="print the chart's objects that `install` applies")
@@ -802,18 +923,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             print(ensure_built(args.version))
         elif args.command == "render":
-            chart = render(args.version)
+            chart = render(args.version, args.mode)
             print(yaml.safe_dump_all([*chart.crds, *chart.applied], sort_keys=False), end="")
         elif args.command == "install":
-            install(_lab(args.dir), args.version)
+            install(_lab(args.dir), args.version, render(args.version, args.mode))
         elif args.command == "uninstall":
-            uninstall(_lab(args.dir), args.version)
+            uninstall(_lab(args.dir), args.version, render(args.version, args.mode))
         else:
             lab = _lab(args.dir)
             # SIGTERM (a `timeout`, a CI job cancelled) stops it like Ctrl-C: processes stopped,
             # our CRDs put back; without this, only `hack/lab down` cleaned up after a SIGTERM.
             signal.signal(signal.SIGTERM, processes.interrupt)
-            with deployed(lab, version=args.version):
+            with deployed(lab, version=args.version, mode=args.mode):
                 log(f"running; logs in {lab.log_dir}/{RELEASE}-*.log; Ctrl-C stops it")
                 while True:
                     time.sleep(3600)

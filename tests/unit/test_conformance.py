@@ -433,7 +433,16 @@ def test_every_deliberate_row_renders_into_the_doc_table() -> None:
     for name, entry in conformance.DELIBERATE.items():
         assert f"| `{name}` |" in text
         assert entry.reason in text
-    assert "| `configuration-state-v0.15.2` | all |" in text
+    assert "| `configuration-state-v0.15.2` | both | all |" in text
+    assert "| `native-bgp-limits` | native | `bgp-beyond-native` |" in text
+
+
+def test_a_row_explains_only_in_the_metallb_modes_it_names() -> None:
+    """MetalLB's FRR mode accepts what its native mode refuses (IPv6 BGP pools, large
+    communities): the native-only row must not explain a difference seen against FRR mode."""
+    assert "native-bgp-limits" in conformance.deliberate_for("native")
+    assert "native-bgp-limits" not in conformance.deliberate_for("frr")
+    assert "pool-tie-break" in conformance.deliberate_for("frr")
 
 
 def test_case_restricted_rows_name_cases_of_the_corpus() -> None:

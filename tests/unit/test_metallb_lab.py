@@ -165,8 +165,8 @@ def test_a_speaker_runs_as_its_daemonset_would_run_it_on_that_node(
     )
     # The /etc overlay first, then the speaker exec'd with the chart's arguments and the three
     # a process outside a Pod needs.
-    assert argv[:5] == ["sh", "-c", metallb.ETC_OVERLAY, "sh", str(tmp_path / "etc")]
-    assert argv[5:] == [
+    assert argv[:6] == ["sh", "-c", metallb.ETC_OVERLAY, "sh", str(tmp_path / "etc"), "-"]
+    assert argv[6:] == [
         str(tmp_path / "bin" / "speaker"),
         "--port=7472",
         "--log-level=info",
@@ -330,3 +330,83 @@ def test_int32_fields_with_a_larger_maximum_are_widened_and_nothing_else() -> No
     for untouched in ("port", "count"):
         assert spec[untouched] == before["properties"]["spec"]["properties"][untouched]
     assert metallb.widen_int32_bounds(schema) == []
+
+
+DAEMONS = """bgpd=yes
+ospfd=no
+bfdd=yes
+
+vtysh_enable=yes
+zebra_options="  -A 127.0.0.1 -s 90000000 --limit-fds 100000"
+bgpd_options="   -A 127.0.0.1 -p 0 --limit-fds 100000"
+ospfd_options="  -A 127.0.0.1"
+staticd_options="-A 127.0.0.1 --limit-fds 100000"
+bfdd_options="   -A 127.0.0.1 --limit-fds 100000"
+"""
+
+
+def frr_chart() -> metallb.Chart:
+    """The chart as `speaker.frr.enabled=true` renders it (v0.15.2), reduced to what the lab
+    reads: the speaker's FRR environment and reloader volume, the frr-startup ConfigMap."""
+    docs = rendered()
+    speaker = copy.deepcopy(docs[3])
+    assert speaker is not None
+    pod = speaker["spec"]["template"]["spec"]
+    pod["volumes"].append({"name": "reloader", "emptyDir": {}})
+    c = pod["containers"][0]
+    c["env"] += [
+        {"name": "FRR_CONFIG_FILE", "value": "/etc/frr_reloader/frr.conf"},
+        {"name": "FRR_RELOADER_PID_FILE", "value": "/etc/frr_reloader/reloader.pid"},
+        {"name": "METALLB_BGP_TYPE", "value": "frr"},
+    ]
+    c["volumeMounts"].append({"name": "reloader", "mountPath": "/etc/frr_reloader"})
+    docs[3] = speaker
+    startup = obj(
+        "ConfigMap",
+        "metallb-frr-startup",
+        data={"daemons": DAEMONS, "vtysh.conf": "service integrated-vtysh-config\n"},
+    )
+    return metallb.split([*docs, startup])
+
+
+def test_frr_mode_starts_the_charts_daemons_with_its_options() -> None:
+    chart = frr_chart()
+    assert chart.mode == "frr"
+    assert metallb.frr_daemons(chart) == [
+        ("zebra", "-A 127.0.0.1 -s 90000000 --limit-fds 100000"),
+        ("staticd", "-A 127.0.0.1 --limit-fds 100000"),  # always, though the file omits it
+        ("bgpd", "-A 127.0.0.1 -p 0 --limit-fds 100000"),
+        ("bfdd", "-A 127.0.0.1 --limit-fds 100000"),
+    ]
+
+
+def test_an_frr_speaker_shares_its_reloader_directory_with_the_nodes_frr(
+    lab: network_lab.Lab, tmp_path: Path
+) -> None:
+    chart = frr_chart()
+    # The reloader emptyDir is not a file the lab writes: it is bound from the node's FRR.
+    assert metallb.speaker_files(chart, "k3y") == {
+        "ml_secret_key/secretkey": "k3y",
+        "metallb/excludel2.yaml": EXCLUDED,
+    }
+    argv, env = metallb.speaker_command(
+        chart, lab, 1, binary=Path("/s"), kubeconfig=Path("/k"), etc=Path("/e"), frr=tmp_path
+    )
+    assert argv[4:7] == ["/e", str(tmp_path), "/s"]
+    assert env["METALLB_BGP_TYPE"] == "frr"
+    assert env["FRR_CONFIG_FILE"] == "/etc/frr_reloader/frr.conf"
+    assert env["FRR_RELOADER_PID_FILE"] == "/etc/frr_reloader/reloader.pid"
+    with pytest.raises(metallb.MetalLBError, match="needs FRR"):
+        metallb.speaker_command(
+            chart, lab, 1, binary=Path("/s"), kubeconfig=Path("/k"), etc=Path("/e")
+        )
+    script = metallb.ETC_OVERLAY
+    for bound in ("/etc/frr_reloader", "/etc/frr", "/run/frr"):
+        assert 'mount --bind "$n/' in script and f" {bound}\n" in script
+
+
+def test_a_mode_the_lab_does_not_know_is_refused() -> None:
+    assert metallb.values("native")[0] == "speaker.frr.enabled=false"
+    assert metallb.values("frr")[0] == "speaker.frr.enabled=true"
+    with pytest.raises(metallb.MetalLBError, match="frr-k8s"):
+        metallb.values("frr-k8s")
