@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 
 from bench import migrate
-from hack import metallb, objects
 from hack import lab as network_lab
+from hack import metallb, objects
 
 
 def test_services_keep_their_addresses_from_metallb_to_ironlb_and_back(
