@@ -134,9 +134,8 @@ class Plane:
 
     def _feed(self) -> None:
         """Every 20 ms, each member whose owned set changed gets it, and the addresses it
-        kept but must announce again when members came back (`election.to_announce_again` and
-        `election.Deferred`, the speaker's rule, as `Agent._announce_again` applies it), bounded
-        by the stop."""
+        kept but must announce again when members came back (`election.Deferred.decide`, the
+        speaker's rule, as `Agent._announce_again` applies it), bounded by the stop."""
         while not self._stop.wait(0.02):
             with self.group.lock:
                 views = {
@@ -155,13 +154,10 @@ class Plane:
                 ours_with_all = (
                     owned(name, alive | seen, self.orders) if returned or we_returned else []
                 )
-                at_once, later = election.to_announce_again(
-                    mine, ours_with_all, returned, we_returned
-                )
                 deferred = self._later.setdefault(name, election.Deferred())
-                deferred.add(later, now, we_returned)
-                settled, _ = deferred.due(alive, mine, now)
-                again = at_once | settled
+                again, _, _ = deferred.decide(
+                    mine, ours_with_all, returned, we_returned, alive, now
+                )
                 lines: list[dict[str, Any]] = []
                 if mine != self.applied.get(name):
                     lines.append({"owned": {a: [] for a in mine}})

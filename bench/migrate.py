@@ -154,27 +154,25 @@ def delete_ironlb_status(lab: network_lab.Lab) -> None:
     """The doc's way back: the status objects ironlb wrote go (MetalLB's speakers manage only
     those they created)."""
     for plural in STATUS_PLURALS:
-        for item in status_objects(lab, plural):
-            if ironlbs(item):
-                lab.kubectl(
-                    "delete", plural, item["metadata"]["name"], "-n", objects.METALLB_NAMESPACE,
-                    "--ignore-not-found", "--wait=false",
-                )  # fmt: skip
+        names = [i["metadata"]["name"] for i in status_objects(lab, plural) if ironlbs(i)]
+        if names:
+            lab.kubectl(
+                "delete", plural, *names, "-n", objects.METALLB_NAMESPACE,
+                "--ignore-not-found", "--wait=false",
+            )  # fmt: skip
 
 
-def wait_for(what: str, check: Callable[[], bool], started: float) -> float | None:
-    """Seconds from `started` until `check` holds (polled every 0.1 s, bounded)."""
-    deadline = time.monotonic() + SERVING_TIMEOUT_S
-    while time.monotonic() < deadline:
+def wait_for(what: str, check: Callable[[], bool], started: float) -> float:
+    """Seconds from `started` until `check` holds (`objects.wait_until`, every 0.1 s, bounded);
+    a check that fails (an object kind being replaced mid-switch) counts as not yet."""
+
+    def holds() -> bool:
         with contextlib.suppress(Exception):
-            if check():
-                return round(time.monotonic() - started, 3)
-        time.sleep(0.1)
-    raise MigrateError(f"{what}: not within {SERVING_TIMEOUT_S:.0f} s")
+            return check()
+        return False
 
-
-class MigrateError(Exception):
-    pass
+    objects.wait_until(what, holds, SERVING_TIMEOUT_S, every=0.1)
+    return round(time.monotonic() - started, 3)
 
 
 def direction(
@@ -293,7 +291,6 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, Any] = {}
     with (
         session.incomplete_on(
-            MigrateError,
             metallb.MetalLBError,
             network_lab.LabError,
             AssertionError,

@@ -55,6 +55,7 @@ from typing import Any
 
 from hack import lab as network_lab
 from hack import objects
+from hack.metallb import MODES as METALLB_MODES
 
 METALLB_NAMESPACE = objects.METALLB_NAMESPACE
 GROUP = "metallb.io"
@@ -539,7 +540,7 @@ class Deliberate:
     metallb: tuple[Value, ...] | _Any = ANY
     # The MetalLB modes (`hack.metallb.MODES`) in which it differs so: how MetalLB speaks BGP
     # changes what its webhook accepts.
-    modes: tuple[str, ...] = ("frr", "native")
+    modes: tuple[str, ...] = METALLB_MODES
 
     def matches(self, case: str, path: str, ironlb: Value, metallb: Value) -> bool:
         return (
@@ -809,7 +810,7 @@ def render_deliberate(table: Mapping[str, Deliberate] = DELIBERATE) -> str:
     for name, entry in table.items():
         cases = ", ".join(f"`{c}`" for c in entry.cases) if entry.cases != ("*",) else "all"
         paths = ", ".join(f"`{p}`" for p in entry.paths)
-        modes = ", ".join(entry.modes) if set(entry.modes) != {"frr", "native"} else "both"
+        modes = ", ".join(entry.modes) if set(entry.modes) != set(METALLB_MODES) else "both"
         cells = [f"`{name}`", modes, cases, paths, _values(entry.ironlb), _values(entry.metallb)]
         cells.append(entry.reason)
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")

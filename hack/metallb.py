@@ -572,7 +572,7 @@ def frr_daemons(chart: Chart) -> list[tuple[str, str]]:
         name, sep, value = line.strip().partition("=")
         if sep and not name.startswith("#"):
             settings[name] = value.strip().strip('"').strip()
-    enabled = [d for d in FRR_ALWAYS]
+    enabled = list(FRR_ALWAYS)
     enabled += [n for n, v in settings.items() if v == "yes" and n not in enabled and "_" not in n]
     return [(d, " ".join(settings.get(f"{d}_options", "").split())) for d in enabled]
 

@@ -119,6 +119,7 @@ class Agent:
     _returns_seen: int = 0
     # Stand-in addresses to announce again once the view is quiet (`election.Deferred`).
     _again_later: election.Deferred[addresses.IPAddress] = field(default_factory=election.Deferred)
+    _again_timer: asyncio.TimerHandle | None = None
 
     def __post_init__(self) -> None:
         me, ns = self.options.node_name, self.options.namespace
@@ -285,13 +286,14 @@ class Agent:
             everyone = dataclasses.replace(snap, alive=snap.alive | self._seen_alive)
             plan = desired.l2_plan(everyone, model.NodeName(self.options.node_name), answering)
             ours_with_all = frozenset(e.address for e in plan.mine)
-        now, later = election.to_announce_again(mine, ours_with_all, returned, we_returned)
         loop = asyncio.get_running_loop()
-        self._again_later.add(later, loop.time(), we_returned)
-        settled, ask_at = self._again_later.due(snap.alive, mine, loop.time())
-        if ask_at is not None:
-            loop.call_at(ask_at, self.dirty.set)
-        again = now | settled
+        again, settled, ask_at = self._again_later.decide(
+            mine, ours_with_all, returned, we_returned, snap.alive, loop.time()
+        )
+        if self._again_timer is not None:
+            self._again_timer.cancel()
+        # One wake-up for what waits, however many passes run before it is due.
+        self._again_timer = None if ask_at is None else loop.call_at(ask_at, self.dirty.set)
         if again:
             log.info(
                 "announcing kept addresses again: members are back",

@@ -153,6 +153,23 @@ class Deferred(Generic[Address]):
         out, self.pending = self.pending & frozenset(mine), frozenset()
         return out, None
 
+    def decide(
+        self,
+        mine: Collection[Address],
+        ours_with_all: Collection[Address],
+        returned: Collection[str],
+        we_returned: bool,
+        alive: frozenset[str],
+        now: float,
+    ) -> tuple[frozenset[Address], frozenset[Address], float | None]:
+        """One pass of the rule: `to_announce_again`, its second part kept here until due.
+        Returns (what to announce now, the part of it that waited for a quiet view, when to
+        ask again: None if nothing is pending)."""
+        at_once, later = to_announce_again(mine, ours_with_all, returned, we_returned)
+        self.add(later, now, we_returned)
+        settled, ask_at = self.due(alive, mine, now)
+        return at_once | settled, settled, ask_at
+
 
 def scores(nodes: Iterable[NodeInfo], ads: Sequence[model.L2Advertisement]) -> dict[str, int]:
     """Preference per node: the weights of matching preferredNodeSelectors, summed over ads.

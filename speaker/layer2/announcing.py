@@ -395,6 +395,10 @@ class Layer2Announcer:
 
     def _rescan_now(self) -> None:
         self._link_rescan = None
+        self._rescan_logged()
+
+    def _rescan_logged(self) -> None:
+        """`rescan`, a failure logged: the next event or periodic scan tries again."""
         try:
             self.rescan()
         except OSError as e:
@@ -515,10 +519,7 @@ class Layer2Announcer:
 
     def _periodic_scan(self) -> None:
         loop = self._running_loop()
-        try:
-            self.rescan()
-        except OSError as e:
-            logger.warning("layer2: interface scan failed: %s", e)
+        self._rescan_logged()
         self._scan_timer = loop.call_later(self._scan_interval, self._periodic_scan)
 
     def _arm(self) -> None:

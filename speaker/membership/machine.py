@@ -635,8 +635,7 @@ class Machine:
                 suspicion.nudge_at = now + self.config.gossip_interval * 1.01
             else:
                 suspicion.nudge_at = now + self._quiet_nudge_period(suspicion.low)
-            member = self._members[name]
-            self._send(member.address, [m.Suspect(member.incarnation, name, self.name)])
+            self._remind(name)
         for _, name in sorted(due)[_NUDGES_PER_ROUND:]:
             self._suspicions[name].nudge_at = now + self.config.gossip_interval
 
@@ -711,8 +710,12 @@ class Machine:
         addresses moved away and back (the layer-2 cut test, 7 moves). A dead suspect costs one
         timeout more, and only when we were slow."""
         suspicion.last_word_until = now + self.config.probe_timeout * self._scale()
-        member = self._members[name]
         self.stats.last_words += 1
+        self._remind(name)
+
+    def _remind(self, name: str) -> None:
+        """Tell a suspect directly that we suspect it: it is the one who can refute."""
+        member = self._members[name]
         self._send(member.address, [m.Suspect(member.incarnation, name, self.name)])
 
     def _declare_dead(self, now: float, name: str) -> None:

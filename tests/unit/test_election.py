@@ -229,3 +229,12 @@ def test_what_goes_at_once_is_never_a_live_members_address(
     assert now | later == set(mine(alive))
     for ip in now:
         assert election.owner(ip, seen) == me
+
+
+def test_a_pass_announces_the_at_once_part_and_keeps_the_rest_until_the_view_is_quiet() -> None:
+    deferred: election.Deferred[str] = election.Deferred(quiet=2.0)
+    everyone = frozenset({"n1", "n2"})
+    again, settled, ask_at = deferred.decide(["a", "b"], ["a"], {"n2"}, False, everyone, 0.0)
+    assert (again, settled, ask_at) == (frozenset({"a"}), frozenset(), 2.0)
+    again, settled, ask_at = deferred.decide(["a", "b"], [], set(), False, everyone, 2.0)
+    assert (again, settled, ask_at) == (frozenset({"b"}), frozenset({"b"}), None)
