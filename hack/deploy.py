@@ -52,6 +52,9 @@ class Deployment:
     # test and bench in the lab also proves that least privilege is enough; False = admin.
     as_chart_accounts: bool = True
     speaker_flags: tuple[str, ...] = ()  # more flags for every speaker (`--drain-on-cordon`)
+    # The chart values those flags come from where they change its RBAC (`speaker.takeOverFrom`).
+    chart_values: dict[str, Any] = field(default_factory=dict)
+    membership_port: int = MEMBERSHIP_PORT
     controller: subprocess.Popen[Any] | None = None
     speakers: dict[int, subprocess.Popen[Any]] = field(default_factory=dict)
     _logs: list[IO[bytes]] = field(default_factory=list)
@@ -62,7 +65,9 @@ class Deployment:
         if not self.as_chart_accounts:
             return self.lab.kubeconfig if component == "controller" else self.lab.node_kubeconfig
         if self._kubeconfigs is None:
-            paths = tools.chart_identities(self.lab.kubeconfig, self.lab.directory / "accounts")
+            paths = tools.chart_identities(
+                self.lab.kubeconfig, self.lab.directory / "accounts", values=self.chart_values
+            )
             speaker = json.loads(paths["speaker"].read_text())
             # Speakers live in node namespaces and reach the apiserver over the LAN.
             for cluster in speaker.get("clusters") or []:
@@ -118,7 +123,7 @@ class Deployment:
     def speaker_argv(self, index: int) -> list[str]:
         me = self.lab.node_v4(index)
         seeds = [
-            f"{self.lab.node_v4(i)}:{MEMBERSHIP_PORT}"
+            f"{self.lab.node_v4(i)}:{self.membership_port}"
             for i in range(1, self.lab.nodes + 1)
             if i != index
         ]
@@ -133,7 +138,7 @@ class Deployment:
             "--ml-bind-addr",
             str(me),
             "--ml-bind-port",
-            str(MEMBERSHIP_PORT),
+            str(self.membership_port),
             "--ml-seeds",
             ",".join(seeds),
             "--ml-secret-key-path",

@@ -36,8 +36,11 @@ What differs from MetalLB in a cluster, and why:
   (`widen_int32_bounds`) and changes nothing else.
 * No Pods of MetalLB run. Its speaker reads its own Pod (owner of its status objects) and finds
   its memberlist peers by listing speaker Pods and dialling their `status.podIP`; so each node
-  gets a stand-in Pod with the DaemonSet's labels and the node's address, bound to no node and
-  left to a scheduler that does not exist, so that nothing tries to run it.
+  gets a stand-in Pod with the DaemonSet's labels and the node's address, bound to its node and
+  left to a scheduler that does not exist; the node's pod agent leaves such Pods to whoever made
+  them. `MetalLBDeployment` plays the kubelet's part for them: Ready once the speaker answers the
+  chart's readiness probe (after its initial delay); `remove_release` deletes them as a
+  `helm uninstall` does (deletion, SIGTERM, the Pod removed once its process has ended).
 * A Pod's mounts are files under /etc in the speaker's private view of the filesystem: the
   memberlist key at /etc/ml_secret_key and the excluded interfaces at /etc/metallb (a path
   compiled into the speaker). `ip netns exec` already gives the speaker a mount namespace of its
@@ -70,6 +73,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,7 +82,7 @@ from typing import IO, Any
 
 import yaml
 
-from hack import cluster, processes, tools
+from hack import cluster, podagent, processes, tools
 from hack import lab as network_lab
 
 # The newest release whose dependencies the Go module proxy serves: v0.16.2 needs
@@ -132,7 +136,9 @@ SECRET_KEY = "secretkey"
 # apiserver would otherwise refuse beside our `strategy: None`).
 CRD_MANAGER = "kubectl"
 MANAGER = "ironlb-lab-metallb"
-UNSCHEDULED = "ironlb-lab-nobody"  # a schedulerName no scheduler answers to
+READY = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+# A schedulerName no scheduler answers to, and that the lab's pod agents leave alone.
+UNSCHEDULED = podagent.RUN_BY_THEIR_MAKER
 # The files of the speaker's Pod: overlaid on /etc inside its own mount namespace (see the module
 # docstring). $1 is a directory with `files/` (what to add, relative to /etc) and `mnt/` (an
 # empty mount point); $2 is this node's FRR directory (`frr_node_files`), or `-` in native mode;
@@ -483,7 +489,10 @@ def stand_in(
             "labels": dict(template["metadata"]["labels"]),
         },
         "spec": {
-            # No nodeName (a kubelet or pod agent would run it) and nobody to schedule it.
+            # Bound to its node, as the DaemonSet's Pod is (ironlb's --take-over-from watches it
+            # there), and left alone by the node's pod agent; a real kubelet would try to run
+            # it, so on such a node it is bound to none. Nobody schedules it.
+            **({} if index in lab.kubelet_nodes else {"nodeName": fields["spec.nodeName"]}),
             "schedulerName": UNSCHEDULED,
             "serviceAccountName": spec["serviceAccountName"],
             "hostNetwork": bool(spec.get("hostNetwork")),
@@ -493,6 +502,10 @@ def stand_in(
     address = fields["status.podIP"]
     status = {
         "status": {
+            # Not Ready until its speaker answers the chart's readiness probe
+            # (`MetalLBDeployment`'s prober, as a kubelet's).
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "False"}],
             "podIP": address,
             "podIPs": [{"ip": address}],
             "hostIP": fields["status.hostIP"],
@@ -671,7 +684,11 @@ def uninstall(lab: network_lab.Lab, version: str = VERSION, chart: Chart | None 
     stand-ins that own them), our CRDs come back in place of its."""
     chart = chart or render(version)
     pods = [pod_name(n) for n in lab.node_names]
-    lab.kubectl("delete", "pod", *pods, "-n", NAMESPACE, "--ignore-not-found", "--wait=false")
+    # Bound to nodes whose agents leave them alone: nobody would confirm a graceful deletion.
+    lab.kubectl(
+        "delete", "pod", *pods, "-n", NAMESPACE, "--ignore-not-found", "--wait=false",
+        "--grace-period=0", "--force",
+    )  # fmt: skip
     lab.kubectl("delete", "secret", chart.memberlist_secret, "-n", NAMESPACE, "--ignore-not-found")
     lab.kubectl(
         "delete", "--ignore-not-found", "-f", "-",
@@ -706,6 +723,8 @@ class MetalLBDeployment:
     _kubeconfigs: dict[str, Path] | None = None
     _etc_written: bool = False
     _logs: list[IO[bytes]] = field(default_factory=list)
+    # The readiness prober of each running speaker (set: stop probing).
+    _probers: dict[int, threading.Event] = field(default_factory=dict)
 
     @property
     def directory(self) -> Path:
@@ -832,7 +851,44 @@ class MetalLBDeployment:
             stderr=subprocess.STDOUT,
         )
         self.speakers[index] = process
+        self._probe_readiness(index)
         return process
+
+    def _probe_readiness(self, index: int) -> None:
+        """The kubelet's part: the stand-in Pod turns Ready once the speaker answers the
+        chart's readiness probe (an HTTP GET from outside the node, as a kubelet's comes from
+        the host), probed after its initial delay and then every period."""
+        stop = self._probers.pop(index, None)
+        if stop is not None:
+            stop.set()
+        probe = container(self.chart.speaker).get("readinessProbe") or {}
+        get = probe.get("httpGet") or {}
+        ports = {
+            p.get("name"): p.get("containerPort")
+            for p in container(self.chart.speaker).get("ports", [])
+        }
+        port = ports.get(get.get("port"), get.get("port"))
+        url = f"http://{self.lab.node_v4(index)}:{port}{get.get('path', '/')}"
+        delay, period = (
+            float(probe.get("initialDelaySeconds", 0)),
+            float(probe.get("periodSeconds", 10)),
+        )
+        pod = pod_name(self.lab.node_names[index - 1])
+        stop = self._probers[index] = threading.Event()
+
+        def run() -> None:
+            waited = stop.wait(delay)
+            while not waited:
+                with contextlib.suppress(network_lab.LabError, subprocess.SubprocessError):
+                    if self.lab.http_status(network_lab.NS_TOR, [url])[0] == 200:
+                        self.lab.kubectl(
+                            "patch", "pod", pod, "-n", NAMESPACE, "--subresource=status",
+                            "--type=strategic", "-p", json.dumps(READY),
+                        )  # fmt: skip
+                        return
+                waited = stop.wait(period)
+
+        threading.Thread(target=run, name=f"readiness-{pod}", daemon=True).start()
 
     def signal_speaker(self, index: int, sig: signal.Signals) -> None:
         """A fault: the signal alone (SIGKILL is a crash); `stop_speaker` reaps it."""
@@ -842,6 +898,9 @@ class MetalLBDeployment:
 
     def stop_speaker(self, index: int, sig: signal.Signals = signal.SIGTERM) -> None:
         """`sig` (SIGTERM: MetalLB leaves memberlist on its way out), SIGKILL after a while."""
+        prober = self._probers.pop(index, None)
+        if prober is not None:
+            prober.set()
         process = self.speakers.pop(index, None)
         if process is not None:
             processes.stop(process, sig)
@@ -851,7 +910,32 @@ class MetalLBDeployment:
             processes.stop(self.controller, sig)
             self.controller = None
 
+    def remove_release(self) -> None:
+        """What `helm uninstall` does to the running release, as the kubelets carry it out:
+        every speaker Pod and the controller marked for deletion at once, each process then
+        SIGTERMed (SIGKILLed after the Pod's grace period), each speaker Pod removed once its
+        process has ended; then `uninstall` (MetalLB's objects, our CRDs back)."""
+        pods = [pod_name(self.lab.node_names[i - 1]) for i in self.speakers]
+        if pods:
+            self.lab.kubectl("delete", "pod", *pods, "-n", NAMESPACE, "--wait=false")
+        for stop in self._probers.values():
+            stop.set()
+        self._probers.clear()
+        grace = float(pod_spec(self.chart.speaker).get("terminationGracePeriodSeconds") or 0)
+        running = [p for p in (*self.speakers.values(), self.controller) if p is not None]
+        # A kubelet gives at least 2 s (its minimum grace period) before SIGKILL.
+        processes.stop_pids([p.pid for p in running], group=True, timeout=max(grace, 2.0))
+        for process in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(processes.KILL_TIMEOUT_S)
+        self.speakers.clear()
+        self.controller = None
+        uninstall(self.lab, self.version, self.chart)
+
     def stop(self) -> None:
+        for stop in self._probers.values():
+            stop.set()
+        self._probers.clear()
         for index in list(self.speakers):
             self.stop_speaker(index)
         self.stop_controller()

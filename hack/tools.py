@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,7 @@ def chart_identities(
     release: str = "ironlb",
     install_rbac: bool = True,
     token_seconds: int = 7200,
+    values: Mapping[str, Any] | None = None,
 ) -> dict[str, Path]:
     """Kubeconfigs that authenticate as the chart's ServiceAccounts, one per component.
 
@@ -141,8 +143,12 @@ def chart_identities(
     applied first. Each kubeconfig is the admin's with its user replaced by a token that the
     apiserver issues for the ServiceAccount (TokenRequest), so a process using it is refused
     exactly what a Pod of the chart would be refused. Its server is the admin's; rewrite it for
-    processes that reach the apiserver by another address."""
+    processes that reach the apiserver by another address. `values`: the chart's values that
+    change its RBAC (`speaker.takeOverFrom`), as a values file would give them."""
     if install_rbac:
+        directory.mkdir(parents=True, exist_ok=True)
+        values_file = directory / "values.json"
+        values_file.write_text(json.dumps(dict(values or {})))
         rendered = subprocess.run(
             [
                 str(helm()),
@@ -155,6 +161,8 @@ def chart_identities(
                 "templates/serviceaccounts.yaml",
                 "--show-only",
                 "templates/rbac.yaml",
+                "--values",
+                str(values_file),
             ],
             capture_output=True,
             text=True,

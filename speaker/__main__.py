@@ -7,7 +7,8 @@ Flags keep MetalLB's names and environment variables where one exists (`--ml-bin
 `METALLB_GRATUITOUS_ARP_INTERVAL`, `--pod-name` / `METALLB_POD_NAME`, `NODE_NAME` or
 `METALLB_NODE_NAME`, `METALLB_NAMESPACE`);
 ironlb's own: the data-path check
-(`--datapath-check`, `--healthz-url`, `--datapath-probe-rate`) and `--drain-on-cordon`.
+(`--datapath-check`, `--healthz-url`, `--datapath-probe-rate`), `--drain-on-cordon` and
+`--take-over-from` / `IRONLB_TAKE_OVER_FROM` (`ironlb.taking_over`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import re
 import sys
 
-from ironlb import datapath
+from ironlb import datapath, taking_over
 from ironlb_io import kube, logs
 from speaker import agent, appliers, datapath_probing, joining, metrics, running, seeds
 from speaker.layer2 import interfaces
@@ -160,6 +161,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     _add_announcing_flags(parser)
     _add_datapath_flags(parser)
     parser.add_argument(
+        "--take-over-from",
+        default=os.environ.get("IRONLB_TAKE_OVER_FROM", ""),
+        help="a label selector of the Pods in --namespace of the load balancer this one "
+        "replaces (MetalLB's speaker: "
+        f"{taking_over.METALLB_SPEAKER_SELECTOR!r}): while one runs on this node, this "
+        "speaker stands by (no ARP/NDP, no BGP, no status), and it takes the node over as "
+        "that Pod goes (env IRONLB_TAKE_OVER_FROM); empty: off",
+    )
+    parser.add_argument(
         "--drain-on-cordon",
         action="store_true",
         help="a cordoned (unschedulable) node hands its addresses over, as when it is deleted",
@@ -200,6 +210,7 @@ def agent_options(args: argparse.Namespace) -> agent.Options:
         log_level=args.log_level,
         drain_on_cordon=args.drain_on_cordon,
         pod_name=args.pod_name,
+        take_over_from=args.take_over_from,
     )
 
 
@@ -248,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --node-name (or NODE_NAME) is required", file=sys.stderr)
         return 2
     try:
+        args.take_over_from = taking_over.selector(args.take_over_from)
         settings = membership_settings(args) if args.ml_bind_addr else None
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

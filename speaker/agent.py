@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ironlb import addresses, model
+from ironlb import addresses, model, taking_over
 from ironlb.problems import Problem
 from ironlb_io import kube, watching
 from speaker import (
@@ -91,6 +91,9 @@ class Options:
     drain_on_cordon: bool = False  # a cordoned node hands its addresses over
     # Our own Pod (in `namespace`), owner of our status objects; empty: they get no owner.
     pod_name: str = ""
+    # A label selector of the Pods (in `namespace`) of the load balancer this node takes over
+    # from (`ironlb.taking_over`); empty: none.
+    take_over_from: str = ""
 
 
 @dataclass
@@ -120,6 +123,7 @@ class Agent:
     # Stand-in addresses to announce again once the view is quiet (`election.Deferred`).
     _again_later: election.Deferred[addresses.IPAddress] = field(default_factory=election.Deferred)
     _again_timer: asyncio.TimerHandle | None = None
+    _standing: taking_over.Standing | None = None  # what the previous pass stood for
 
     def __post_init__(self) -> None:
         me, ns = self.options.node_name, self.options.namespace
@@ -164,7 +168,9 @@ class Agent:
     async def load(self) -> dict[watching.Source, str]:
         """LIST every kind; returns the resourceVersion each kind's watch starts from."""
         versions = {}
-        for source in inputs.sources(self.options.namespace, self.options.node_name):
+        for source in inputs.sources(
+            self.options.namespace, self.options.node_name, self.options.take_over_from
+        ):
             items, versions[source] = await watching.list_kind(self.client, source)
             self.store.replace(source.kind, items)
         await self.load_secrets()
@@ -216,8 +222,30 @@ class Agent:
                 )
         return snap, own, problems
 
+    def standing(self) -> taking_over.Standing:
+        """What this node does while another load balancer's speaker may run here (logged and
+        counted when it changes)."""
+        now = taking_over.standing(
+            taking_over.Predecessor.of(p) for p in self.store.predecessors.values()
+        )
+        if now is not self._standing:
+            if self.options.take_over_from:
+                log.info(
+                    "taking over",
+                    extra={
+                        "standing": now.value,
+                        "detail": _STANDING_WORDS[now],
+                        "pods": ", ".join(sorted(self.store.predecessors)),
+                    },
+                )
+                for each in taking_over.Standing:
+                    metrics.STANDING.labels(each.value).set(1 if each is now else 0)
+            self._standing = now
+        return now
+
     async def reconcile_once(self) -> None:
         me = self.options.node_name
+        standing = self.standing()
         snap, own, problems = self._snapshot()
         stale = self.last_good is not None and snap.config is self.last_good
         if not stale:
@@ -228,21 +256,26 @@ class Agent:
                 log.warning("configuration problem", extra={"problem": str(p)})
             self._problems = problems
         self.state_writer.set_problems(problems)
+        self.state_writer.stand_by(not standing.writes)
         answering = self._interfaces_seen = (
             self.layer2.interfaces() if self.layer2 is not None else None
         )
         l2 = desired.l2_plan(snap, model.NodeName(me), answering)
+        if not standing.layer2:
+            l2 = _EMPTY_L2
         if self.layer2 is not None:
             self.layer2.set_owned({e.address: e.interfaces for e in l2.mine})
-            self._announce_again(snap, l2, answering)
-            self.accounting.report_unannounceable(l2)
+            if standing.layer2:
+                self._announce_again(snap, l2, answering)
+                self.accounting.report_unannounceable(l2)
         reached: Mapping[str, tuple[model.PeerName, ...]] = {}
         # BGP is this node's decision alone: our own verdict always counts.
-        bgp_plan = desired.bgp_plan(own, model.NodeName(me))
+        bgp_plan = desired.bgp_plan(own, model.NodeName(me)) if standing.bgp else _EMPTY_BGP
         if self.bgp is not None:
             reached = await self.bgp.apply(
                 snap.config,
-                snap.nodes.get(me),
+                # Standing by for another speaker's sessions: none of ours (no Node, no peer).
+                snap.nodes.get(me) if standing.bgp else None,
                 bgp_plan,
                 self.passwords,
                 # Until our probes answered once, the plan is not yet this node's answer.
@@ -251,7 +284,8 @@ class Agent:
         layer2, bgp = self.layer2 is not None, self.bgp is not None
         self.accounting.account(l2, bgp_plan, reached, snap, layer2=layer2, bgp=bgp)
         bgp_problems = self.bgp.problems if self.bgp is not None else ()
-        self.honoured_reporter.judge(snap.config, bgp_problems, problems)
+        if standing.writes:
+            self.honoured_reporter.judge(snap.config, bgp_problems, problems)
         verdict = self.datapath_reporter.judge(snap)
         self._explained = explaining.Seen(
             {s.key: s for s in snap.services},
@@ -270,7 +304,7 @@ class Agent:
             model.SERVICE_L2_STATUS: status.wanted_l2(me, l2 if layer2 else _EMPTY_L2),
             model.SERVICE_BGP_STATUS: status.wanted_bgp(me, reached),
         }
-        self.status_writer.want(wanted, l2_announcers)
+        self.status_writer.want(wanted, l2_announcers, standing_by=not standing.writes)
 
     def _announce_again(
         self, snap: desired.Snapshot, l2: desired.L2Plan, answering: frozenset[str] | None
@@ -423,3 +457,11 @@ class Agent:
 
 
 _EMPTY_L2 = desired.L2Plan((), {}, {})
+_EMPTY_BGP = desired.BGPPlan(())
+_STANDING_WORDS = {
+    taking_over.Standing.STANDING_BY: "standing by: the other load balancer's speaker runs on "
+    "this node (no ARP/NDP answers, no BGP sessions, no status objects)",
+    taking_over.Standing.LAYER2_ONLY: "answering in layer 2: the other speaker on this node is "
+    "stopping; BGP waits until its Pod is gone",
+    taking_over.Standing.EVERYTHING: "announcing: no other load balancer's speaker on this node",
+}

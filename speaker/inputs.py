@@ -13,9 +13,11 @@ from ironlb_io import kube, watching
 from speaker import snapshot
 
 
-def sources(namespace: str, node_name: str) -> list[watching.Source]:
+def sources(namespace: str, node_name: str, take_over_from: str = "") -> list[watching.Source]:
     """Services, Nodes, EndpointSlices, the metallb.io kinds and the status objects that
-    concern this node, each kept slim (`snapshot.slim`)."""
+    concern this node, each kept slim (`snapshot.slim`); with `take_over_from` (a label
+    selector), the Pods of `namespace` bound to this node that it matches
+    (`ironlb.taking_over`)."""
 
     def source(kind: str, path: str, params: tuple[tuple[str, str], ...] = ()) -> watching.Source:
         return watching.Source(kind, path, params, keep=functools.partial(snapshot.slim, kind))
@@ -37,6 +39,12 @@ def sources(namespace: str, node_name: str) -> list[watching.Source]:
         found.append(
             source(kind, kube.group_path(model.GROUP, versions[-1], plural, namespace), mine)
         )
+    if take_over_from:
+        on_this_node = (
+            ("labelSelector", take_over_from),
+            ("fieldSelector", f"spec.nodeName={node_name}"),
+        )
+        found.append(source(snapshot.PREDECESSOR, kube.core_path("pods", namespace), on_this_node))
     return found
 
 

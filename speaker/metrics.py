@@ -56,6 +56,13 @@ CONFIG_LOADED = prometheus_client.Gauge(
     "1 once the configuration was loaded",
     registry=REGISTRY,
 )
+STANDING = prometheus_client.Gauge(
+    "ironlb_speaker_taking_over",
+    "With --take-over-from: 1 for what this node does now (standingBy while the other load "
+    "balancer's speaker runs here, layer2Only while it stops, everything once it has gone)",
+    ["standing"],
+    registry=REGISTRY,
+)
 NOT_ANNOUNCED = prometheus_client.Gauge(
     "ironlb_speaker_services_not_announced",
     "Services this node does not announce, by protocol and reason",

@@ -25,6 +25,9 @@ from speaker import desired, election
 
 Object = Mapping[str, Any]
 STATUS_KINDS = (model.SERVICE_L2_STATUS, model.SERVICE_BGP_STATUS)
+# The Pods of the load balancer this node takes over from (`ironlb.taking_over`), watched only
+# with `--take-over-from`.
+PREDECESSOR = "Pod"
 # Metadata that changes on every write without changing what the object says.
 _BOOKKEEPING = ("resourceVersion", "managedFields", "generation")
 
@@ -163,6 +166,22 @@ def slim(kind: str, obj: Object) -> dict[str, Any]:
                 ],
             },
         }
+    if kind == PREDECESSOR:
+        # What `taking_over.Predecessor.of` reads: deletion, phase and the Ready condition.
+        found = _map(obj.get("metadata"))
+        status = _map(obj.get("status"))
+        return {
+            "kind": kind,
+            "metadata": _pick(found, ("name", "namespace", "resourceVersion", "deletionTimestamp")),
+            "status": {
+                "phase": status.get("phase"),
+                "conditions": [
+                    _pick(c, ("type", "status"))
+                    for c in _list(status.get("conditions"))
+                    if isinstance(c, Mapping)
+                ],
+            },
+        }
     if kind in STATUS_KINDS:
         # Thirty thousand of these at 10,000 Services: what the status writer compares (its
         # labels, status and owner) and the version its watch echoes, nothing more. A node's
@@ -223,6 +242,7 @@ class Store:
     nodes: dict[str, Object] = field(default_factory=dict)
     config: dict[str, dict[str, Object]] = field(default_factory=dict)  # kind -> key -> object
     secrets: dict[str, Object] = field(default_factory=dict)  # metadata only
+    predecessors: dict[str, Object] = field(default_factory=dict)  # PREDECESSOR Pods
     status_node: str | None = None
     config_version: int = 0
     _slices_of: dict[str, set[str]] = field(default_factory=dict)  # Service key -> slice keys
@@ -247,7 +267,7 @@ class Store:
             return not _same(old, new)
         if kind == "EndpointSlice":
             return self._slice_moved(key, old, new)
-        if kind == "Node":
+        if kind in ("Node", PREDECESSOR):
             return not _same(old, new)
         if kind in STATUS_KINDS:
             if _same_status(old, new):
@@ -332,6 +352,8 @@ class Store:
             return self.nodes
         if kind == model.SECRET:
             return self.secrets
+        if kind == PREDECESSOR:
+            return self.predecessors
         return self.config.setdefault(kind, {})
 
 

@@ -35,6 +35,16 @@ class ConfigurationStateWriter:
         self.conflict = conflict  # split brain (`speaker.conflict_watching`)
         self.datapath: configuration_state.Verdict | None = None  # our DataPathReady condition
         self.honoured: configuration_state.Verdict | None = None  # our Honoured condition
+        # Standing by for another load balancer's speaker (`ironlb.taking_over`): its
+        # `speaker-<node>` has our object's name, so nothing is written until it has gone.
+        self.standing_by = False
+
+    def stand_by(self, standing_by: bool) -> None:
+        if standing_by != self.standing_by:
+            self.standing_by = standing_by
+            # Back from standing by: the other speaker wrote the object meanwhile; read it.
+            self.refresh = not standing_by
+            self.dirty.set()
 
     def set_problems(self, problems: list[Problem]) -> None:
         if problems != self.problems:
@@ -64,7 +74,7 @@ class ConfigurationStateWriter:
         while True:
             await self.dirty.wait()
             self.dirty.clear()
-            if self.problems is None:
+            if self.problems is None or self.standing_by:
                 continue
             refresh, self.refresh = self.refresh, False
             if await self.writer.sync(self.problems, refresh=refresh, extra=self.conditions()):

@@ -152,8 +152,13 @@ def diff(
     *,
     announcers: Mapping[tuple[str, str], frozenset[str]] | None = None,
     owner: Owner | None = None,
+    only_ours: bool = False,
 ) -> Changes:
     """Compare with the objects of `kind` that exist; only those labelled with our node count.
+
+    `only_ours`: of those, only the ones with the name we give (`object_name`): a node standing
+    by for another load balancer's speaker (`ironlb.taking_over`) removes its own and leaves
+    that speaker's, which carry the same labels, alone.
 
     `announcers` (layer 2, where one node announces a Service): for each Service, the nodes
     elected for one of its addresses. Another node's object for a Service we announce is
@@ -178,7 +183,9 @@ def diff(
             str(labels.get(keys.STATUS_SERVICE_NAME)),
         )
         if labels.get(keys.STATUS_NODE) == node:
-            mine[str(meta.get("name"))] = obj
+            name = str(meta.get("name"))
+            if not only_ours or name == object_name(kind, node, "/".join(service)):
+                mine[name] = obj
         elif (
             announcers is not None
             and service in ours

@@ -67,6 +67,9 @@ class StatusWriter:
         # Layer 2: (namespace, name) -> the nodes elected for one of the Service's addresses.
         self.l2_announcers: dict[tuple[str, str], frozenset[str]] = {}
         self.owner: status.Owner | None = None  # our Pod, once read (`learn_owner`)
+        # Standing by for another load balancer's speaker (`ironlb.taking_over`): only our own
+        # objects are removed, the other's are left alone.
+        self.standing_by = False
         self.dirty = asyncio.Event()
         # Set while the status writer has nothing left to write: Events wait for it (bounded).
         self.quiet = asyncio.Event()
@@ -84,10 +87,14 @@ class StatusWriter:
         self,
         wanted: dict[str, list[status.Wanted]],
         l2_announcers: dict[tuple[str, str], frozenset[str]],
+        *,
+        standing_by: bool = False,
     ) -> None:
-        """What the latest pass wants (kind -> objects), and who it elected in layer 2."""
+        """What the latest pass wants (kind -> objects), and who it elected in layer 2;
+        `standing_by`: nothing is wanted, and of what exists only our own objects go."""
         self.l2_announcers = l2_announcers
         self.wanted = wanted
+        self.standing_by = standing_by
         self.dirty.set()
 
     # --- inputs -----------------------------------------------------------------------------
@@ -165,8 +172,13 @@ class StatusWriter:
             self.node_name,
             wanted,
             existing,
-            announcers=self.l2_announcers if kind == model.SERVICE_L2_STATUS else None,
+            announcers=(
+                self.l2_announcers
+                if kind == model.SERVICE_L2_STATUS and not self.standing_by
+                else None
+            ),
             owner=owner,
+            only_ours=self.standing_by,
         )
         plural, versions = model.RESOURCES[kind]
         base = kube.group_path(model.GROUP, versions[-1], plural, self.namespace)

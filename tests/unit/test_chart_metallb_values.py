@@ -569,6 +569,44 @@ def test_gratuitous_arp_interval_is_whole_seconds(
     assert result.stdout == ""
 
 
+def speaker_pod_rules(objects: list[dict[str, Any]]) -> list[list[str]]:
+    """The verbs on Pods of the speaker's Role."""
+    return [
+        rule["verbs"]
+        for o in objects
+        if o["kind"] == "Role" and o["metadata"]["name"].endswith("-speaker")
+        for rule in o["rules"]
+        if "pods" in rule.get("resources", [])
+    ]
+
+
+def test_take_over_from_reaches_the_speaker_with_the_rbac_it_needs(
+    helm: cs.Tools, tmp_path: Path
+) -> None:
+    """`speaker.takeOverFrom` (docs/migration.md): the flag, and a watch of Pods in the
+    namespace; without it, the speaker may only read its own Pod."""
+    selector = "app.kubernetes.io/name=metallb,app.kubernetes.io/component=speaker"
+    override = tmp_path / "values.yaml"
+    override.write_text(yaml.safe_dump({"speaker": {"takeOverFrom": selector}}))
+    objects = helm.render(*files([override]))
+    args = container(pod_spec(objects, "DaemonSet"), "speaker")["args"]
+    assert [a for a in args if a.startswith("--take-over-from")] == [f"--take-over-from={selector}"]
+    assert speaker_pod_rules(objects) == [["get", "list", "watch"]]
+    plain = helm.render()
+    args = container(pod_spec(plain, "DaemonSet"), "speaker")["args"]
+    assert not [a for a in args if a.startswith("--take-over-from")]
+    assert speaker_pod_rules(plain) == [["get"]]
+
+
+@pytest.mark.parametrize("value", ["app in (metallb)", "app", 3])
+def test_take_over_from_is_an_equality_selector(helm: cs.Tools, tmp_path: Path, value: Any) -> None:
+    override = tmp_path / "values.yaml"
+    override.write_text(yaml.safe_dump({"speaker": {"takeOverFrom": value}}))
+    result = helm.helm("template", cs.RELEASE, str(cs.CHART), "-f", str(override), check=False)
+    assert result.returncode != 0
+    assert "at '/speaker/takeOverFrom'" in result.stderr
+
+
 # --- our own keys stay strict ----------------------------------------------------------------
 
 TYPOS: dict[str, tuple[dict[str, Any], str]] = {

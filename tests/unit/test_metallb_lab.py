@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hack import cluster, metallb
+from hack import cluster, metallb, podagent
 from hack import lab as network_lab
 
 NS = "metallb-system"
@@ -252,7 +253,7 @@ def test_the_controller_runs_with_the_charts_arguments_and_environment(
     assert env["METALLB_BGP_TYPE"] == "native"
 
 
-def test_stand_in_pods_carry_the_speakers_labels_and_address_and_run_nowhere(
+def test_stand_in_pods_carry_the_speakers_labels_and_address_and_are_run_by_the_lab(
     chart: metallb.Chart, lab: network_lab.Lab
 ) -> None:
     pod, status = metallb.stand_in(chart, lab, 3)
@@ -261,8 +262,16 @@ def test_stand_in_pods_carry_the_speakers_labels_and_address_and_run_nowhere(
         "namespace": NS,
         "labels": SPEAKER_LABELS,
     }
-    assert "nodeName" not in pod["spec"]
-    assert pod["spec"]["schedulerName"] == metallb.UNSCHEDULED
+    # Bound to its node, as the DaemonSet's Pod (ironlb's --take-over-from looks there), and
+    # named for a scheduler that the node's pod agent leaves to the lab.
+    assert pod["spec"]["nodeName"] == "node3"
+    assert pod["spec"]["schedulerName"] == metallb.UNSCHEDULED == podagent.RUN_BY_THEIR_MAKER
+    # Running, not Ready until its speaker answers the chart's readiness probe.
+    assert status["status"]["phase"] == "Running"
+    assert status["status"]["conditions"] == [{"type": "Ready", "status": "False"}]
+    # A node with a real kubelet would try to run it: there it is bound to none.
+    kubelet_lab = dataclasses.replace(lab, kubelet_nodes=(3,))
+    assert "nodeName" not in metallb.stand_in(chart, kubelet_lab, 3)[0]["spec"]
     assert pod["spec"]["serviceAccountName"] == "metallb-speaker"
     assert pod["spec"]["containers"] == [
         {"name": "speaker", "image": "quay.io/metallb/speaker:v0.15.2"}

@@ -227,3 +227,16 @@ def test_no_error_ends_the_agent(
     # Not an I/O error: a bug, so the log says where.
     assert second["error"] == "KeyError: 'spec'"
     assert "Traceback" in second["traceback"]
+
+
+def test_pods_run_by_their_maker_are_left_alone(tmp_path: Path) -> None:
+    """MetalLB's stand-in speaker Pods are bound to the node but run by the lab itself: the
+    agent neither starts nor reports them, while it still serves the node's other Pods."""
+    theirs = listed("metallb-speaker-node1", "cccccccc-3")
+    theirs["spec"]["schedulerName"] = podagent.RUN_BY_THEIR_MAKER
+    api = FakeApi([theirs, listed("web-b", "bbbbbbbb-2")])
+    pods = agent(api, tmp_path)
+    pods.pods["bbbbbbbb-2"] = running("web-b", "bbbbbbbb-2")
+    pods.tick()
+    assert api.writes == [("PATCH", "/api/v1/namespaces/ns/pods/web-b/status")]
+    assert set(pods.pods) == {"bbbbbbbb-2"} and pods.failing == {}

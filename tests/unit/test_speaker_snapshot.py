@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ironlb import annotations as keys
-from ironlb import model
+from ironlb import model, taking_over
 from speaker import desired, snapshot, status
 
 NS = "metallb-system"
@@ -446,3 +446,73 @@ def test_health_check_node_port_reaches_the_view() -> None:
     bad_view = store.view("app/bad")
     assert good_view is not None and good_view.health_check_node_port == 31000
     assert bad_view is not None and bad_view.health_check_node_port is None
+
+
+def test_standing_by_removes_only_the_objects_we_named() -> None:
+    """A node standing by for MetalLB's speaker (`ironlb.taking_over`) removes the status
+    objects it wrote and leaves MetalLB's, which carry the same labels."""
+
+    def labelled(name: str, node_name: str, service: str) -> dict[str, Any]:
+        return {
+            "kind": model.SERVICE_L2_STATUS,
+            "metadata": {
+                "name": name,
+                "labels": {
+                    keys.STATUS_NODE: node_name,
+                    keys.STATUS_SERVICE_NAMESPACE: "app",
+                    keys.STATUS_SERVICE_NAME: service,
+                },
+            },
+        }
+
+    ours = status.object_name(model.SERVICE_L2_STATUS, "n1", "app/a")
+    others = status.object_name(model.SERVICE_L2_STATUS, "n2", "app/a")
+    existing = [
+        labelled(ours, "n1", "a"),
+        labelled("l2-metallb-x7k2", "n1", "a"),  # MetalLB's speaker on this node: generateName
+        labelled(others, "n2", "a"),
+        # Our name, but not for the Service it is labelled with: not one we wrote.
+        labelled(ours, "n1", "b"),
+    ]
+    standing_by = status.diff(model.SERVICE_L2_STATUS, "n1", [], existing, only_ours=True)
+    assert standing_by == status.Changes((), (), (ours,))
+    # Serving, the same node removes every object of its own node that it does not want.
+    serving = status.diff(model.SERVICE_L2_STATUS, "n1", [], existing)
+    assert serving.delete == tuple(sorted({ours, "l2-metallb-x7k2"}))
+
+
+def test_the_store_keeps_what_taking_over_reads_of_a_pod() -> None:
+    store = snapshot.Store()
+    pod = {
+        "kind": "Pod",
+        "metadata": {
+            "name": "metallb-speaker-x",
+            "namespace": NS,
+            "resourceVersion": "1",
+            "labels": {"app.kubernetes.io/name": "metallb"},
+            "managedFields": [{"manager": "kubelet"}],
+        },
+        "spec": {"nodeName": "n1", "containers": [{"name": "speaker"}]},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.250.0.11",
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "t0"},
+                {"type": "PodScheduled", "status": "True"},
+            ],
+        },
+    }
+    assert store.put(snapshot.PREDECESSOR, "ADDED", pod)
+    kept = store.predecessors[f"{NS}/metallb-speaker-x"]
+    assert kept["status"]["phase"] == "Running"
+    assert "spec" not in kept and "labels" not in kept["metadata"]
+    assert taking_over.Predecessor.of(kept) == taking_over.Predecessor.of(pod)
+    # A heartbeat-like change of what the rule does not read is no change.
+    touched = {**pod, "metadata": {**pod["metadata"], "resourceVersion": "2"}}
+    assert not store.put(snapshot.PREDECESSOR, "MODIFIED", touched)
+    deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-12-06T00:00:00Z"}}
+    assert store.put(snapshot.PREDECESSOR, "MODIFIED", deleting)
+    assert taking_over.Predecessor.of(store.predecessors[f"{NS}/metallb-speaker-x"]).deleting
+    assert store.put(snapshot.PREDECESSOR, "DELETED", deleting)
+    assert store.predecessors == {}
+    assert store.config == {}  # not configuration: no pass rebuilds the config for it

@@ -84,3 +84,38 @@ async def test_written_after_the_first_pass_with_our_conditions_and_read_back_wh
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_nothing_is_written_while_standing_by_and_the_object_is_read_back_after() -> None:
+    """Standing by for MetalLB's speaker (`ironlb.taking_over`), whose ConfigurationState has our
+    object's name: nothing is written, whatever changes; after, the object is read first."""
+    state = state_writing.ConfigurationStateWriter(
+        None,  # type: ignore[arg-type]  # the recording writer below answers instead
+        "metallb-system",
+        "n1",
+        conflict=None,
+    )
+    recorded = RecordingWriter()
+    state.writer = recorded  # type: ignore[assignment]
+    task = asyncio.ensure_future(state.run())
+    try:
+        state.stand_by(True)
+        state.set_problems([PROBLEM])
+        state.datapath = READY
+        state.refresh_soon()
+        await steps()
+        assert recorded.synced == []
+
+        state.stand_by(False)
+        await asyncio.wait_for(recorded.wrote.wait(), 5)
+        assert recorded.synced == [([PROBLEM], True, {datapath.CONDITION_TYPE: READY})]
+
+        recorded.wrote.clear()
+        state.stand_by(True)  # MetalLB back on this node: it writes the object from now on
+        state.set_problems([])
+        await steps()
+        assert len(recorded.synced) == 1
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
