@@ -5,15 +5,25 @@ MetalLB (`hack/metallb.py`, as its chart installs it by default: FRR beside each
 `hack.hitless` under load (40 new TCP connections a second over their four addresses and one
 long-lived stream to each, from the client namespace), and `--services` more. Then the steps
 of docs/migration.md, done as a user does them; in the lab MetalLB's processes and objects
-stand for its Helm release:
+stand for its Helm release, and the lab plays the kubelets' part for its Pods:
 
-1. ironlb's CRDs applied over MetalLB's while MetalLB runs (step 3);
-2. MetalLB's release uninstalled: its speakers and controller stopped (SIGTERM, as deleting
-   their Pods does), its accounts, ConfigMaps and stand-in Pods deleted (step 4);
-3. ironlb started: controller and a speaker per node (step 4).
+1. ironlb's CRDs applied over MetalLB's while MetalLB runs;
+2. ironlb's speakers installed beside MetalLB's, taking over from them
+   (`--take-over-from`, `ironlb.taking_over`) on a membership port of their own: each stands
+   by while MetalLB's speaker Pod on its node is Ready (waited for: every ironlb speaker
+   standing by and seeing every member);
+3. MetalLB's release uninstalled (`MetalLBDeployment.remove_release`): its Pods marked for
+   deletion at once, its processes SIGTERMed, each Pod removed once its process ended; ironlb's
+   speakers serve (ARP/NDP answers, BGP sessions) from the moment the Pods are marked;
+4. ironlb's controller started (the chart's `controller.enabled`).
 
-And back: ironlb stopped, the status objects it wrote deleted (the doc's last paragraph),
-MetalLB installed and started.
+And back: ironlb's controller stopped; MetalLB installed and started beside ironlb's speakers,
+which stand down on each node once MetalLB's speaker Pod there is Ready (its chart's readiness
+probe: 10 s after start, then every 10 s) and remove the status objects they wrote (waited for:
+every ironlb speaker standing by); then ironlb's speakers stopped.
+
+`--cut-over` measures the older procedure instead (MetalLB's release out, then ironlb in;
+back: ironlb out, its status objects deleted, then MetalLB in).
 
 Per direction (`to_ironlb_*`, `to_metallb_*`):
 * `addresses_changed`: Services whose `status.loadBalancer.ingress` differs after the switch;
@@ -23,13 +33,15 @@ Per direction (`to_ironlb_*`, `to_metallb_*`):
 * `l2_gap_s`: the longest time the ToR's ARP probe of the L2 address (`hack.hitless.Watch`,
   every 0.2 s) got no answer; `bgp_gap_s`: the longest time the ToR's FIB had no route to the
   BGP address;
-* `status_s`: from the first step until every Service's status objects are the new system's
-  (written by its speakers, none of the old one's left) and, towards ironlb, each node's
-  ConfigurationState says Valid;
-* `serving_s`: until the ToR sees every node announce the BGP addresses and one answer for the
-  L2 one, as before.
+* `status_s`: from the step that removes the old system until every Service's status objects
+  are the new system's (written by its speakers, none of the old one's left) and, towards
+  ironlb, each node's ConfigurationState says Valid;
+* `serving_s`: from that step until the ToR sees every node announce the BGP addresses and one
+  answer for the L2 one, as before;
+* `prepare_s`: how long the steps before it took (the new system installed beside the old).
 
-    python -m bench.migrate [--quick] [--services N] [--metallb-mode frr|native]
+    python -m bench.migrate [--quick] [--services N] [--metallb-mode frr|native] [--cut-over]
+                            [--graceful-restart]
 
 The last line printed is one JSON object.
 """
@@ -38,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import signal
 import sys
 import time
@@ -47,6 +60,7 @@ from typing import Any
 from bench.session import Say, Session, say
 from hack import deploy, hitless, metallb, objects, processes
 from hack import lab as network_lab
+from ironlb import taking_over
 
 NAMESPACE = "migrate"
 WARMUP_S = 3.0  # the load runs this long before the first step
@@ -54,6 +68,9 @@ AFTER_S = 2.0  # and this long after the new system serves
 SERVING_TIMEOUT_S = 120.0
 STATUS_PLURALS = ("servicel2statuses", "servicebgpstatuses")
 IRONLB_MANAGERS = ("ironlb-speaker", "ironlb-controller")
+# ironlb's membership port beside MetalLB's memberlist (7946 on the same hosts).
+TAKE_OVER_PORT = 7947
+STANDING = re.compile(r'^ironlb_speaker_taking_over\{standing="(\w+)"\} 1\.0$', re.MULTILINE)
 
 
 def extra_services(lab: network_lab.Lab, ns: str, count: int) -> list[str]:
@@ -162,6 +179,23 @@ def delete_ironlb_status(lab: network_lab.Lab) -> None:
             )  # fmt: skip
 
 
+def standing(metrics: str | None) -> str | None:
+    """What an ironlb speaker taking over does now (`ironlb.taking_over.Standing`), from its
+    /metrics (None: no answer, or not taking over)."""
+    found = STANDING.search(metrics or "")
+    return found.group(1) if found else None
+
+
+def all_standing_by(lab: network_lab.Lab) -> bool:
+    """Every ironlb speaker stands by and counts every node alive."""
+    scraped = hitless.speaker_metrics(lab).values()
+    return all(
+        standing(m) == taking_over.Standing.STANDING_BY.value
+        and hitless.alive_members(m) == lab.nodes
+        for m in scraped
+    )
+
+
 def wait_for(what: str, check: Callable[[], bool], started: float) -> float:
     """Seconds from `started` until `check` holds (`objects.wait_until`, every 0.1 s, bounded);
     a check that fails (an object kind being replaced mid-switch) counts as not yet."""
@@ -179,16 +213,21 @@ def direction(
     lab: network_lab.Lab,
     vips: hitless.Vips,
     services: Sequence[str],
-    steps: Callable[[], None],
+    prepare: Callable[[], None],
+    switch: Callable[[], None],
     system: str,
     say: Say,
 ) -> dict[str, Any]:
-    """The steps under load, the ToR watched; the figures of one direction."""
+    """The steps under load, the ToR watched; the figures of one direction. `prepare`: the
+    steps before the old system goes; `switch`: from there on (the clocks start here)."""
     before = ingresses(lab, vips.namespace)
     with hitless.watching(lab, vips) as watch, hitless.load(lab, vips, 600.0) as running:
         time.sleep(WARMUP_S)
+        began = time.monotonic()
+        prepare()
+        prepared = round(time.monotonic() - began, 3)
         started = time.monotonic()
-        steps()
+        switch()
         say(f"steps done in {time.monotonic() - started:.1f} s; waiting for {system} to serve")
         serving = wait_for(f"{system} serving", lambda: hitless.settled(lab, vips), started)
         status = wait_for(
@@ -213,11 +252,32 @@ def direction(
         "connections": report["requests_total"],
         "streams_broken": report["streams_broken"],
         "streams": report["streams_total"],
-        "l2_gap_s": longest_gap(bool(watch.first_macs), arp, started, ended),
-        "bgp_gap_s": longest_gap(bool(watch.first_fib), fib, started, ended),
+        "l2_gap_s": longest_gap(bool(watch.first_macs), arp, began, ended),
+        "bgp_gap_s": longest_gap(bool(watch.first_fib), fib, began, ended),
         "serving_s": serving,
         "status_s": status,
+        "prepare_s": prepared,
     }
+
+
+def apply_our_crds(lab: network_lab.Lab) -> None:
+    """The doc's step: our CRDs over MetalLB's, while it runs."""
+    lab.kubectl(
+        "apply", "--server-side", "--force-conflicts",
+        f"--field-manager={metallb.CRD_MANAGER}", "-f", str(network_lab.CRDS),
+    )  # fmt: skip
+
+
+def ironlb_taking_over(lab: network_lab.Lab) -> deploy.Deployment:
+    """ironlb as the doc installs it beside MetalLB: speakers taking over from MetalLB's, on a
+    membership port of their own."""
+    selector = taking_over.METALLB_SPEAKER_SELECTOR
+    return deploy.Deployment(
+        lab,
+        speaker_flags=(f"--take-over-from={selector}",),
+        chart_values={"speaker": {"takeOverFrom": selector}},
+        membership_port=TAKE_OVER_PORT,
+    )
 
 
 def measure(lab: network_lab.Lab, args: argparse.Namespace, say: Say) -> dict[str, Any]:
@@ -228,10 +288,11 @@ def measure(lab: network_lab.Lab, args: argparse.Namespace, say: Say) -> dict[st
     chart = metallb.render(metallb.VERSION, mode)
     metallb.install(lab, metallb.VERSION, chart)
     theirs = metallb.MetalLBDeployment(lab, metallb.VERSION, mode, _chart=chart)
-    ours = deploy.Deployment(lab)
+    ours = deploy.Deployment(lab) if args.cut_over else ironlb_taking_over(lab)
+    speakers = range(1, lab.nodes + 1)
     try:
         theirs.start()
-        objects.apply(lab, *hitless.configuration())
+        objects.apply(lab, *hitless.configuration(graceful_restart=args.graceful_restart))
         with objects.namespace(lab, NAMESPACE) as ns:
             vips = hitless.serve(lab, ns)
             services = ["l2", "bgp", *extra_services(lab, ns, args.services)]
@@ -239,33 +300,52 @@ def measure(lab: network_lab.Lab, args: argparse.Namespace, say: Say) -> dict[st
                      time.monotonic())  # fmt: skip
             say(f"MetalLB ({mode}) serves {len(services)} Services; to ironlb")
 
-            def to_ironlb() -> None:
-                # Step 3: our CRDs over MetalLB's, while it runs.
-                lab.kubectl(
-                    "apply", "--server-side", "--force-conflicts",
-                    f"--field-manager={metallb.CRD_MANAGER}", "-f", str(network_lab.CRDS),
-                )  # fmt: skip
-                # Step 4: its release uninstalled (processes first, as Pod deletion), ours in.
-                theirs.stop()
-                metallb.uninstall(lab, metallb.VERSION, chart)
-                ours.start_controller()
-                for index in range(1, lab.nodes + 1):
+            def beside_metallb() -> None:
+                apply_our_crds(lab)
+                if args.cut_over:
+                    return
+                for index in speakers:
                     ours.start_speaker(index)
+                wait_for("ironlb's speakers standing by", lambda: all_standing_by(lab),
+                         time.monotonic())  # fmt: skip
 
-            there = direction(lab, vips, services, to_ironlb, "ironlb", say)
+            def metallb_out() -> None:
+                if args.cut_over:
+                    theirs.stop()
+                    metallb.uninstall(lab, metallb.VERSION, chart)
+                    for index in speakers:
+                        ours.start_speaker(index)
+                else:
+                    theirs.remove_release()
+                ours.start_controller()
+
+            there = direction(lab, vips, services, beside_metallb, metallb_out, "ironlb", say)
             out |= {f"to_ironlb_{k}": v for k, v in there.items()}
             say(f"to ironlb: {there}")
 
-            def to_metallb() -> None:
+            def metallb_beside() -> None:
                 nonlocal theirs
-                ours.stop()
-                delete_ironlb_status(lab)
+                ours.stop_controller()
+                if args.cut_over:
+                    return
                 metallb.install(lab, metallb.VERSION, chart)
                 # A new release: new ServiceAccounts (their tokens), a new memberlist key.
                 theirs = metallb.MetalLBDeployment(lab, metallb.VERSION, mode, _chart=chart)
                 theirs.start()
+                wait_for("ironlb's speakers standing by", lambda: all_standing_by(lab),
+                         time.monotonic())  # fmt: skip
 
-            back = direction(lab, vips, services, to_metallb, "metallb", say)
+            def ironlb_out() -> None:
+                nonlocal theirs
+                ours.stop()
+                if not args.cut_over:
+                    return
+                delete_ironlb_status(lab)
+                metallb.install(lab, metallb.VERSION, chart)
+                theirs = metallb.MetalLBDeployment(lab, metallb.VERSION, mode, _chart=chart)
+                theirs.start()
+
+            back = direction(lab, vips, services, metallb_beside, ironlb_out, "metallb", say)
             out |= {f"to_metallb_{k}": v for k, v in back.items()}
             say(f"to MetalLB: {back}")
     finally:
@@ -281,6 +361,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--services", type=int, default=None, help="besides the two under load")
     parser.add_argument("--metallb-mode", choices=metallb.MODES, default=metallb.DEFAULT_MODE)
+    parser.add_argument(
+        "--cut-over", action="store_true", help="the older procedure: one system out, then in"
+    )
+    parser.add_argument(
+        "--graceful-restart",
+        action="store_true",
+        help="the BGPPeers with enableGracefulRestart (the ToR, FRR, helps either way)",
+    )
     args = parser.parse_args(argv)
     args.services = args.services if args.services is not None else (6 if args.quick else 16)
     if not 0 <= args.services <= 16:
@@ -306,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
             "incomplete": session.incomplete,
             "metallb_version": metallb.VERSION,
             "metallb_mode": args.metallb_mode,
+            "procedure": "cut-over" if args.cut_over else "take-over",
+            "graceful_restart": args.graceful_restart,
             **figures,
             "elapsed_s": round(time.monotonic() - session.started, 1),
         }

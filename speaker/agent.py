@@ -280,6 +280,9 @@ class Agent:
                 self.passwords,
                 # Until our probes answered once, the plan is not yet this node's answer.
                 complete=self.prober is None or self.prober.verdicts_known(),
+                # Sessions given up to the other load balancer's speaker end as for a restart
+                # (this node stays): a graceful-restart router keeps our routes meanwhile.
+                handing_over=not standing.bgp,
             )
         layer2, bgp = self.layer2 is not None, self.bgp is not None
         self.accounting.account(l2, bgp_plan, reached, snap, layer2=layer2, bgp=bgp)
@@ -459,9 +462,9 @@ class Agent:
 _EMPTY_L2 = desired.L2Plan((), {}, {})
 _EMPTY_BGP = desired.BGPPlan(())
 _STANDING_WORDS = {
-    taking_over.Standing.STANDING_BY: "standing by: the other load balancer's speaker runs on "
+    taking_over.Standing.STANDING_BY: "standing by: the other load balancer's speaker serves "
     "this node (no ARP/NDP answers, no BGP sessions, no status objects)",
-    taking_over.Standing.LAYER2_ONLY: "answering in layer 2: the other speaker on this node is "
-    "stopping; BGP waits until its Pod is gone",
-    taking_over.Standing.EVERYTHING: "announcing: no other load balancer's speaker on this node",
+    taking_over.Standing.LAYER2_ONLY: "layer 2 only: the other load balancer's speaker is "
+    "starting on this node (its BGP sessions must be able to connect)",
+    taking_over.Standing.SERVING: "serving: no other load balancer's speaker serves this node",
 }

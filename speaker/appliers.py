@@ -58,13 +58,17 @@ class BGPApplier:
         plan: desired.BGPPlan,
         passwords: Mapping[str, str],
         complete: bool = True,
+        handing_over: bool = False,
     ) -> Mapping[str, tuple[model.PeerName, ...]]:
         intent = bgp_intent.intent(config, node, plan, passwords, _addresses(config))
         wanted = routes.desired(intent.announcements, intent.sessions)
         # Routes first: a session that starts now starts with them (with graceful restart, its
         # End-of-RIB must follow the routes, not an empty start).
         self.speaker.set_routes(wanted.routes, complete=complete)
-        problems = [*intent.problems, *await self.speaker.set_peers(intent.sessions)]
+        problems = [
+            *intent.problems,
+            *await self.speaker.set_peers(intent.sessions, handing_over=handing_over),
+        ]
         problems += wanted.problems
         # The agent's bookkeeping after this (logs, metrics, Events, status wishes: ~1 s at
         # 10,000 Services) would otherwise run before ExaBGP hears of the first route.

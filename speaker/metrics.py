@@ -59,7 +59,7 @@ CONFIG_LOADED = prometheus_client.Gauge(
 STANDING = prometheus_client.Gauge(
     "ironlb_speaker_taking_over",
     "With --take-over-from: 1 for what this node does now (standingBy while the other load "
-    "balancer's speaker runs here, layer2Only while it stops, everything once it has gone)",
+    "balancer's speaker serves here, layer2Only while it starts, serving otherwise)",
     ["standing"],
     registry=REGISTRY,
 )

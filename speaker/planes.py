@@ -64,6 +64,7 @@ class BGP(Protocol):
         plan: desired.BGPPlan,
         passwords: Mapping[str, str],
         complete: bool = True,
+        handing_over: bool = False,
     ) -> Mapping[str, tuple[model.PeerName, ...]]: ...
 
     async def wait_synced(self, timeout: float) -> bool: ...

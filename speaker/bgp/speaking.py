@@ -438,10 +438,15 @@ class Speaker:
 
     # --- peers ---------------------------------------------------------------------------------
 
-    async def set_peers(self, wanted: Iterable[peers.Peer]) -> list[problems.Problem]:
+    async def set_peers(
+        self, wanted: Iterable[peers.Peer], *, handing_over: bool = False
+    ) -> list[problems.Problem]:
         """Make the sessions exactly `wanted` (by name). Returns what could not be honoured.
         Does not wait for sessions taken away to end (see the module's description); after
-        `close` it does nothing (a pass may still be under way while the speaker stops)."""
+        `close` it does nothing (a pass may still be under way while the speaker stops).
+        `handing_over`: those taken away go to another speaker on this node, and end as for a
+        restart (`peers.farewell`): a graceful-restart peer keeps our routes until its
+        End-of-RIB."""
         if self._closed:
             return []
         found: list[problems.Problem] = []
@@ -467,7 +472,8 @@ class Speaker:
         for runner in stopping:
             del self._runners[runner.peer.name]
             self._stopping[runner] = asyncio.create_task(
-                self._stop_runner(runner), name=f"bgp-{runner.peer.name}-stop"
+                self._stop_runner(runner, restarting=handing_over),
+                name=f"bgp-{runner.peer.name}-stop",
             )
         self._start_wanted()
         await self._sync_bfd()
@@ -490,9 +496,9 @@ class Speaker:
             runner.set_desired(self._desired.get(name, {}))
             self._runners[name] = runner
 
-    async def _stop_runner(self, runner: _Runner) -> None:
+    async def _stop_runner(self, runner: _Runner, restarting: bool = False) -> None:
         try:
-            await runner.close()
+            await runner.close(restarting=restarting)
         except Exception:
             log.exception("bgp %s: stopping the session failed", runner.peer.name)
         finally:

@@ -1,8 +1,8 @@
 """The real speaker process taking its node over from MetalLB's speaker (`--take-over-from`,
 `ironlb.taking_over`), against the session's apiserver: it stands by while a Ready Pod of that
 speaker is bound to its node (no ConfigurationState written: MetalLB's has the same name),
-answers in layer 2 once that Pod is being deleted, does everything once it is gone, and stands
-down again when such a Pod is Ready again (the way back).
+serves from the moment that Pod is being deleted; the way back, a new Pod not Ready yet takes
+its BGP sessions (layer 2 only) and, Ready, stands it down.
 
 Two speakers run side by side with membership on 127.0.0.1 and without layer 2 or BGP: one
 on a node with a MetalLB speaker Pod, one (the control) on a node without, so that "nothing
@@ -52,8 +52,10 @@ def nodes(kubectl: Kubectl) -> Iterator[tuple[str, str]]:
         kubectl("delete", "node", *names, "--ignore-not-found", "--wait=false")
 
 
-def metallb_speaker_pod(kubectl: Kubectl, namespace: str, node: str, name: str) -> None:
-    """A Ready MetalLB speaker Pod bound to `node`, as its DaemonSet and a kubelet make it."""
+def metallb_speaker_pod(
+    kubectl: Kubectl, namespace: str, node: str, name: str, *, ready: bool = True
+) -> None:
+    """A MetalLB speaker Pod bound to `node`, as its DaemonSet and a kubelet make it."""
     kubectl("apply", "-f", "-", input=json.dumps({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -63,7 +65,8 @@ def metallb_speaker_pod(kubectl: Kubectl, namespace: str, node: str, name: str) 
             "containers": [{"name": "speaker", "image": "quay.io/metallb/speaker:v0.15.2"}],
         },
     }))  # fmt: skip
-    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    condition = {"type": "Ready", "status": "True" if ready else "False"}
+    status = {"phase": "Running", "conditions": [condition]}
     kubectl("patch", "pod", name, "-n", namespace, "--subresource=status", "--type=merge",
             "-p", json.dumps({"status": status}))  # fmt: skip
 
@@ -91,7 +94,7 @@ def test_a_speaker_stands_by_while_metallbs_runs_on_its_node_and_takes_over_as_i
         control = speakers(control_node, kubeconfig, ns, flag)
         ours = speakers(node, kubeconfig, ns, flag, f"--ml-seeds=127.0.0.1:{control.ml_port}")
         eventually(lambda: standing(ours) == "standingBy", "standing by for MetalLB's speaker")
-        eventually(lambda: standing(control) == "everything", "the control node serves")
+        eventually(lambda: standing(control) == "serving", "the control node serves")
         eventually(
             lambda: configuration_state(kubectl, ns, control_node),
             "the control node's ConfigurationState written",
@@ -102,16 +105,17 @@ def test_a_speaker_stands_by_while_metallbs_runs_on_its_node_and_takes_over_as_i
 
         # `helm uninstall metallb`: the Pod is marked for deletion (no kubelet confirms it).
         kubectl("delete", "pod", "metallb-speaker-a", "-n", ns, "--wait=false")
-        eventually(lambda: standing(ours) == "layer2Only", "layer 2 as MetalLB's speaker stops")
+        eventually(lambda: standing(ours) == "serving", "serving as MetalLB's speaker stops")
         eventually(lambda: configuration_state(kubectl, ns, node), "our ConfigurationState")
-        # The kubelet's confirmation: the Pod is gone, and with it MetalLB's BGP sessions.
+        # The kubelet's confirmation: the Pod is gone; nothing changes.
         kubectl("delete", "pod", "metallb-speaker-a", "-n", ns, "--grace-period=0", "--force")
-        eventually(lambda: standing(ours) == "everything", "everything once the Pod is gone")
 
-        # The way back: a new MetalLB speaker Pod, once Ready, stands our speaker down.
+        # The way back: a new MetalLB speaker Pod, starting, then Ready.
+        metallb_speaker_pod(kubectl, ns, node, "metallb-speaker-b", ready=False)
+        eventually(lambda: standing(ours) == "layer2Only", "BGP given up to MetalLB's speaker")
         metallb_speaker_pod(kubectl, ns, node, "metallb-speaker-b")
         eventually(lambda: standing(ours) == "standingBy", "standing down for MetalLB again")
-        assert standing(control) == "everything"
+        assert standing(control) == "serving"
         assert ours.running() and control.running(), ours.output()
     finally:
         kubectl("delete", "pods", "--all", "-n", ns, "--grace-period=0", "--force",

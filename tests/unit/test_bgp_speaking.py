@@ -285,6 +285,25 @@ async def test_graceful_restart_peer_is_withdrawn_when_only_its_configuration_go
     await speaker.close(restarting=True)
 
 
+async def test_sessions_handed_over_to_another_speaker_on_the_node_end_as_for_a_restart(
+    fakes: Fakes,
+) -> None:
+    """Standing down for MetalLB's speaker starting on this node (`ironlb.taking_over`): the
+    node stays, so a graceful-restart peer keeps our routes (no withdrawal, no NOTIFICATION)
+    until the new speaker's End-of-RIB; a plain peer gets a Cease."""
+    speaker = make_speaker(fakes)
+    gr, plain = peer("gr", "10.0.0.1", graceful_restart=True), peer("plain", "10.0.0.2")
+    await speaker.set_peers([gr, plain])
+    speaker.set_routes({"gr": {net("10.1.0.1/32"): A()}, "plain": {net("10.1.0.2/32"): A()}})
+    await settle(speaker)
+    await speaker.set_peers([], handing_over=True)
+    await stopped(speaker)
+    kept, ended = fakes
+    assert kept.timeline == ["announce", "announce", "stop"]
+    assert ended.timeline == ["announce", "teardown", "stop"]
+    await speaker.close(restarting=True)
+
+
 async def test_graceful_restart_end_of_rib_follows_the_routes_on_every_session(
     fakes: Fakes,
 ) -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from ironlb import taking_over
 from ironlb.taking_over import Predecessor, Standing
 
-BY, L2, ALL = Standing.STANDING_BY, Standing.LAYER2_ONLY, Standing.EVERYTHING
+BY, L2, SERVING = Standing.STANDING_BY, Standing.LAYER2_ONLY, Standing.SERVING
 
 
 def pod(
@@ -24,16 +24,16 @@ def pod(
 @pytest.mark.parametrize(
     ("pods", "expected"),
     [
-        ([], ALL),  # none on this node (or gone): everything is ours
+        ([], SERVING),  # none on this node (or gone)
         ([pod()], BY),  # MetalLB's speaker serves here
-        ([pod(deleting=True)], L2),  # it is stopping: layer 2 now, BGP once it has gone
-        ([pod(ready=False)], ALL),  # starting: we serve until it can
-        ([pod(ready=False, deleting=True)], L2),  # a starting one deleted: its sessions may be up
-        ([pod(finished=True)], ALL),  # its containers have ended
-        ([pod(finished=True, deleting=True)], ALL),
-        ([pod(name="old", deleting=True), pod(name="new")], BY),  # a replaced Pod, new one Ready
+        ([pod(deleting=True)], SERVING),  # it is stopping: ours serves from now
+        ([pod(ready=False)], L2),  # starting: its BGP must be able to connect
+        ([pod(ready=False, deleting=True)], SERVING),
+        ([pod(finished=True)], SERVING),  # its containers have ended
+        ([pod(ready=False, finished=True)], SERVING),
+        ([pod(name="old", deleting=True), pod(name="new")], BY),  # replaced; the new one Ready
         ([pod(name="old", deleting=True), pod(name="new", ready=False)], L2),
-        ([pod(name="a", finished=True), pod(name="b", ready=False)], ALL),
+        ([pod(name="a", finished=True), pod(name="b")], BY),
     ],
 )
 def test_standing_table(pods: list[Predecessor], expected: Standing) -> None:
@@ -43,7 +43,7 @@ def test_standing_table(pods: list[Predecessor], expected: Standing) -> None:
 def test_what_each_standing_allows() -> None:
     assert (BY.layer2, BY.bgp, BY.writes) == (False, False, False)
     assert (L2.layer2, L2.bgp, L2.writes) == (True, False, True)
-    assert (ALL.layer2, ALL.bgp, ALL.writes) == (True, True, True)
+    assert (SERVING.layer2, SERVING.bgp, SERVING.writes) == (True, True, True)
 
 
 pods = st.builds(
@@ -56,19 +56,17 @@ pods = st.builds(
 
 
 @given(st.lists(pods, max_size=5), st.randoms())
-def test_standing_is_a_function_of_the_set_and_finished_pods_do_not_count(
-    found: list[Predecessor], rnd: Any
-) -> None:
+def test_only_pods_not_deleted_nor_finished_count(found: list[Predecessor], rnd: Any) -> None:
     shuffled = list(found)
     rnd.shuffle(shuffled)
     assert taking_over.standing(shuffled) is taking_over.standing(found)
-    running = [p for p in found if not p.finished]
-    assert taking_over.standing(running) is taking_over.standing(found)
-    # Standing by exactly while a Ready Pod not being deleted runs: the old speaker serves.
-    serving = any(p.ready and not p.deleting for p in running)
-    assert (taking_over.standing(found) is BY) == serving
-    # BGP only when no Pod of the old speaker can still hold a session.
-    assert taking_over.standing(found).bgp == (not serving and not any(p.deleting for p in running))
+    alive = [p for p in found if not p.deleting and not p.finished]
+    assert taking_over.standing(alive) is taking_over.standing(found)
+    # Standing by exactly while one of them is Ready; BGP only while there is none at all.
+    assert (taking_over.standing(found) is BY) == any(p.ready for p in alive)
+    assert taking_over.standing(found).bgp == (not alive)
+    # One Pod that serves is enough, whatever else is there.
+    assert taking_over.standing([*found, pod()]) is BY
 
 
 @pytest.mark.parametrize(
