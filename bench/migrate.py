@@ -29,7 +29,9 @@ Per direction (`to_ironlb_*`, `to_metallb_*`):
 * `addresses_changed`: Services whose `status.loadBalancer.ingress` differs after the switch;
 * `failed_connections` / `connections`: the load's new connections that failed, of all made
   from the first step until the new system serves and 2 s more;
-* `streams_broken`: long-lived streams that broke;
+* `streams_broken`: long-lived streams that broke (`streams_broken_at`: by address);
+* `l2_owner_changes`: how often the ToR's ARP probe found the L2 address answered by another
+  MAC than before;
 * `l2_gap_s`: the longest time the ToR's ARP probe of the L2 address (`hack.hitless.Watch`,
   every 0.2 s) got no answer; `bgp_gap_s`: the longest time the ToR's FIB had no route to the
   BGP address;
@@ -127,6 +129,19 @@ def longest_gap(
     if not present:
         longest = max(longest, end - max(since, start))
     return round(longest, 3)
+
+
+def owner_changes(first: Sequence[str] | None, changes: Sequence[Sequence[str]]) -> int:
+    """How often the ToR's ARP probe of the L2 address was answered by other MACs than the
+    answer before (a silent round is no answer, not a change)."""
+    count, last = 0, tuple(sorted(first or ()))
+    for macs in changes:
+        now = tuple(sorted(macs))
+        if now and last and now != last:
+            count += 1
+        if now:
+            last = now
+    return count
 
 
 def managers(item: dict[str, Any]) -> set[str]:
@@ -252,6 +267,10 @@ def direction(
         "connections": report["requests_total"],
         "streams_broken": report["streams_broken"],
         "streams": report["streams_total"],
+        "streams_broken_at": {
+            stream["target"]: stream["broken"] for stream in report["streams"] if stream["broken"]
+        },
+        "l2_owner_changes": owner_changes(watch.first_macs, watch.arp_changes),
         "l2_gap_s": longest_gap(bool(watch.first_macs), arp, began, ended),
         "bgp_gap_s": longest_gap(bool(watch.first_fib), fib, began, ended),
         "serving_s": serving,

@@ -1,4 +1,5 @@
-"""Entry point: `ironlb status` (console script `ironlb`, or `python -m ironlb_cli`).
+"""Entry point: `ironlb status` and `ironlb preflight` (console script `ironlb`, or
+`python -m ironlb_cli`).
 
 The shell only fetches: the API objects through the controller's client (same credentials rules:
 `--kubeconfig`, `$KUBECONFIG`, in-cluster, `~/.kube/config`) and, when asked, the speakers'
@@ -20,8 +21,8 @@ import urllib.request
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from ironlb import model
-from ironlb_cli import explain_view, render, speakers, status_view
+from ironlb import model, taking_over
+from ironlb_cli import explain_view, preflight_view, render, speakers, status_view
 from ironlb_io import kube
 
 EVENT_SELECTOR = "involvedObject.kind=Service,type=Warning"
@@ -294,6 +295,75 @@ def service_key(text: str) -> str:
     return text
 
 
+async def gather_preflight(args: argparse.Namespace) -> preflight_view.Inputs:
+    """What `preflight` judges: the metallb.io CRDs, objects, Nodes, Secret names, and
+    MetalLB's speaker and controller Pods in --namespace."""
+    credentials = _credentials(args)
+    async with kube.Client(credentials, field_manager="ironlb-cli") as client:
+
+        async def items(path: str, params: dict[str, str] | None = None) -> list[Any]:
+            found, _ = await client.list(path, params)
+            return found
+
+        def group(kind: str) -> str:
+            plural, versions = model.RESOURCES[kind]
+            return kube.group_path(model.GROUP, versions[-1], plural, args.namespace)
+
+        pods = kube.core_path("pods", args.namespace)
+        kinds = list(model.CONFIG_KINDS)
+        try:
+            crds = await items("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+            nodes, speakers_found, controllers = await asyncio.gather(
+                items(kube.core_path("nodes")),
+                items(pods, {"labelSelector": args.metallb_selector}),
+                items(pods, {"labelSelector": preflight_view.CONTROLLER_SELECTOR}),
+            )
+            config_lists = await asyncio.gather(*(items(group(k)) for k in kinds))
+        except kube.ApiError as e:
+            raise FetchError(str(e)) from e
+        try:
+            secrets = await items(kube.core_path("secrets", args.namespace))
+            secret_names: frozenset[str] | None = frozenset(
+                str((s.get("metadata") or {}).get("name", "")) for s in secrets
+            )
+        except kube.ApiError:
+            secret_names = None  # no right to list them: password references go unjudged
+    return preflight_view.Inputs(
+        crds=[c for c in crds if str(c["metadata"]["name"]).endswith("." + model.GROUP)],
+        config=dict(zip(kinds, config_lists, strict=True)),
+        nodes=nodes,
+        metallb_speakers=speakers_found,
+        metallb_controllers=controllers,
+        selector=args.metallb_selector,
+        ml_bind_port=args.ml_bind_port,
+        secret_names=secret_names,
+    )
+
+
+def preflight(args: argparse.Namespace) -> int:
+    try:
+        inputs = asyncio.run(gather_preflight(args))
+    except FetchError as e:
+        print(f"ironlb: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    findings = preflight_view.check(inputs)
+    if args.output == "json":
+        json.dump(
+            {
+                "passed": preflight_view.passed(findings),
+                "findings": [dataclasses.asdict(f) for f in findings],
+            },
+            sys.stdout,
+            indent=2,
+        )
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render.preflight_text(findings))
+    return 0 if preflight_view.passed(findings) else 1
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="ironlb", description="Look at ironlb's load balancing in a cluster (read only)."
@@ -336,11 +406,48 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="instead of the overview, why each node announces this Service or not: asks each "
         "speaker (its /explain), and reads the API",
     )
+    check = sub.add_parser(
+        "preflight",
+        help="whether MetalLB can be taken over now (docs/migration.md); exit 1 if not",
+        description="Before installing ironlb beside a running MetalLB: ironlb's CRDs, the "
+        "stored objects against ironlb's checks, MetalLB's speaker Pods (the take-over "
+        "selector, their memberlist port), graceful restart on the BGPPeers, MetalLB's "
+        "controller. Exit status 0: nothing fails; 1: something does; 2: the API could not "
+        "be read.",
+    )
+    check.add_argument("--kubeconfig", default=None, help="else $KUBECONFIG, in-cluster, ~/.kube")
+    check.add_argument(
+        "--namespace",
+        default=os.environ.get("METALLB_NAMESPACE", "metallb-system"),
+        help="namespace of MetalLB and its metallb.io objects (env METALLB_NAMESPACE)",
+    )
+    check.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    check.add_argument(
+        "--metallb-selector",
+        type=_selector,
+        default=taking_over.METALLB_SPEAKER_SELECTOR,
+        help="MetalLB's speaker Pods: what ironlb's speaker.takeOverFrom will be",
+    )
+    check.add_argument(
+        "--ml-bind-port",
+        type=int,
+        default=preflight_view.DEFAULT_MEMBERLIST_PORT,
+        help="the membership port ironlb's speakers will bind (speaker.memberlist.mlBindPort)",
+    )
     return parser.parse_args(argv)
+
+
+def _selector(text: str) -> str:
+    try:
+        return taking_over.selector(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.command == "preflight":
+        return preflight(args)
     if args.explain is not None:
         return explain(args)
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ironlb_cli import explain_view, status_view
+from ironlb_cli import explain_view, preflight_view, status_view
 
 BAR_WIDTH = 20
 
@@ -432,3 +432,18 @@ def explain_text(view: explain_view.ExplainView) -> str:
         lines.append("PROBLEMS")
         lines += [f"  {p}" for p in view.problems]
     return "\n".join(lines) + "\n"
+
+
+def preflight_text(findings: Sequence[preflight_view.Finding]) -> str:
+    """One line per finding, failures first; the verdict last."""
+    order = {preflight_view.Level.FAIL: 0, preflight_view.Level.WARN: 1, preflight_view.Level.OK: 2}
+    lines = [
+        f"{f.level.value.upper():<5} {f.check:<17} {f.message}"
+        for f in sorted(findings, key=lambda f: order[f.level])
+    ]
+    verdict = (
+        "ready: install ironlb beside MetalLB (docs/migration.md)"
+        if preflight_view.passed(findings)
+        else "not ready: fix what FAILs first"
+    )
+    return "\n".join([*lines, verdict]) + "\n"

@@ -29,6 +29,7 @@ from prometheus_client import parser as prom_parser
 
 from ironlb import addresses, honouring, model, parsing, selectors, services, validation
 from ironlb import annotations as keys
+from ironlb.problems import Problem
 from ironlb_cli import readers
 
 SCHEMA_VERSION = 1
@@ -280,18 +281,28 @@ def build(inputs: Inputs) -> View:
     )
 
 
-def _config(inputs: Inputs) -> tuple[model.Config, list[str]]:
+def checked(
+    stored: Mapping[str, Any], secret_names: Iterable[str] | None
+) -> tuple[model.Config, list[Problem]]:
+    """The stored metallb.io objects (kind -> list) through ironlb's parsing and cross-object
+    validation, as the webhook and the controller judge them (`ironlb preflight` too).
+    `secret_names` None: the Secrets could not be read, so password references go unjudged."""
     objects: dict[str, list[Any]] = {
-        kind: [o for o in readers.items(inputs.config.get(kind)) if isinstance(o, Mapping)]
+        kind: [o for o in readers.items(stored.get(kind)) if isinstance(o, Mapping)]
         for kind in model.CONFIG_KINDS
     }
     raw: dict[str, Iterable[Any]] = dict(objects)
-    if inputs.secret_names is not None:
-        raw[model.SECRET] = [{"metadata": {"name": n}} for n in sorted(inputs.secret_names)]
+    if secret_names is not None:
+        raw[model.SECRET] = [{"metadata": {"name": n}} for n in sorted(secret_names)]
     config, problems = parsing.parse_config(raw)
     found = validation.order([*problems, *validation.validate(config)])
-    if inputs.secret_names is None:
+    if secret_names is None:
         found = [p for p in found if not p.field.startswith("spec.passwordSecret")]
+    return config, found
+
+
+def _config(inputs: Inputs) -> tuple[model.Config, list[str]]:
+    config, found = checked(inputs.config, inputs.secret_names)
     # Then what is accepted but not honoured: the same list the webhook warns with.
     found += honouring.not_honoured(config)
     return config, [str(p) for p in found]
