@@ -20,7 +20,17 @@ them pending. At t0 the two pools are created (one request), and then:
   Service, one ServiceBGPStatus per announced BGP Service and node;
 * then an idle window (60 s; `--quick`: 15 s): the speakers' CPU from /proc/<pid>/stat,
   scaled to a minute (`speaker_cpu_s_idle_per_min`, the busiest speaker; its ExaBGP apart);
+* `first_route_s`: until the first of those /32s is in the FIB;
 * `speaker_rss_mb` / `controller_rss_mb`: VmRSS at the end (the largest speaker);
+  `speaker_hwm_mb`: the largest speaker's VmHWM (its peak);
+* after the idle window, what one change costs a speaker, from its own
+  `ironlb_speaker_pass_seconds` (the change of its sum over the change of its count, the
+  busiest node): `speaker_pass_one_change_s` after a label set on one Service, five times 2 s
+  apart; `speaker_pass_full_s` after one on a lab Node (every Service is judged anew);
+* `status_floor_s`: a bare client writing the status objects the speakers wrote (each created,
+  then its status set: the speakers' two requests), as three writers of the speakers'
+  concurrency each, into a scratch namespace of the same apiserver, in the same run; and
+  `status_vs_floor` = `status_converged_s` / `status_floor_s`;
 * `apiserver_requests_per_s_per_speaker`: from the apiserver's audit log, which this bench
   turns on for the speakers' ServiceAccount only (level Metadata): each request is one audit
   ID, attributed to a speaker by its source address (each node has its own), counted from t0
@@ -44,6 +54,7 @@ import contextlib
 import http.client
 import ipaddress
 import json
+import re
 import shutil
 import signal
 import ssl
@@ -61,7 +72,7 @@ from typing import Any
 
 from bench import bgp as bgp_bench
 from bench.session import Session
-from hack import deploy, kwok, objects, processes
+from hack import deploy, hitless, kwok, objects, processes
 from hack import lab as network_lab
 from ironlb_io import kube
 
@@ -356,6 +367,120 @@ class Watch:
         self.thread.join(5)
 
 
+PASS_SUM = re.compile(r"^ironlb_speaker_pass_seconds_sum (\S+)$", re.MULTILINE)
+PASS_COUNT = re.compile(r"^ironlb_speaker_pass_seconds_count (\S+)$", re.MULTILINE)
+PASS_CHANGES, PASS_SPACING_S = 5, 2.0
+FLOOR_NS = "bench-scale-floor"
+FLOOR_WRITERS, FLOOR_CONCURRENCY = 3, 8  # the speakers, and each one's status writer
+
+
+def pass_totals(metrics: str | None) -> tuple[float, float] | None:
+    """(seconds, passes) so far, from a speaker's /metrics."""
+    total = PASS_SUM.search(metrics or "")
+    count = PASS_COUNT.search(metrics or "")
+    return (float(total.group(1)), float(count.group(1))) if total and count else None
+
+
+def mean_pass_s(
+    before: Mapping[int, tuple[float, float] | None],
+    after: Mapping[int, tuple[float, float] | None],
+) -> float | None:
+    """The mean pass between two readings, on the node whose passes took longest."""
+    means = []
+    for node, b in before.items():
+        a = after.get(node)
+        if a is not None and b is not None and a[1] > b[1]:
+            means.append((a[0] - b[0]) / (a[1] - b[1]))
+    return round(max(means), 4) if means else None
+
+
+def pass_cost(lab: network_lab.Lab, change: Callable[[int], object]) -> float | None:
+    """Mean speaker pass over PASS_CHANGES changes made PASS_SPACING_S apart."""
+    before = {i: pass_totals(m) for i, m in hitless.speaker_metrics(lab).items()}
+    for k in range(PASS_CHANGES):
+        change(k)
+        time.sleep(PASS_SPACING_S)
+    after = {i: pass_totals(m) for i, m in hitless.speaker_metrics(lab).items()}
+    return mean_pass_s(before, after)
+
+
+def floor_objects(
+    l2: int, bgp: int, nodes: Sequence[str]
+) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """What the speakers write, to a bare client's measure: (plural, object, status) for `l2`
+    ServiceL2Statuses and a ServiceBGPStatus per node for each of `bgp` Services."""
+    out = []
+
+    def one(
+        kind: str, plural: str, name: str, node: str, service: str, extra: dict[str, Any]
+    ) -> None:
+        labels = {
+            "metallb.io/node": node,
+            "metallb.io/service-name": service,
+            "metallb.io/service-namespace": APP_NS,
+        }
+        obj = {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": kind,
+            "metadata": {"name": name, "namespace": FLOOR_NS, "labels": labels},
+            "spec": {},
+        }
+        status = {"node": node, "serviceName": service, "serviceNamespace": APP_NS, **extra}
+        out.append((plural, obj, status))
+
+    for i in range(l2):
+        one("ServiceL2Status", "servicel2statuses", f"l2-{i}", nodes[i % len(nodes)], f"s{i}",
+            {"interfaces": []})  # fmt: skip
+    for i in range(bgp):
+        for node in nodes:
+            one("ServiceBGPStatus", "servicebgpstatuses", f"bgp-{i}-{node}", node, f"s{i}",
+                {"peers": ["tor"]})  # fmt: skip
+    return out
+
+
+async def write_floor(
+    lab: network_lab.Lab, items: Sequence[tuple[str, dict[str, Any], dict[str, Any]]]
+) -> float:
+    """Seconds for FLOOR_WRITERS clients, FLOOR_CONCURRENCY requests each, to create every
+    object and set its status."""
+    credentials = kube.from_kubeconfig(lab.kubeconfig)
+    clients = [
+        kube.Client(credentials, concurrency=FLOOR_CONCURRENCY) for _ in range(FLOOR_WRITERS)
+    ]
+    try:
+        started = time.monotonic()
+
+        async def writer(
+            client: kube.Client, share: Sequence[tuple[str, dict[str, Any], dict[str, Any]]]
+        ) -> None:
+            gate = asyncio.Semaphore(FLOOR_CONCURRENCY)
+
+            async def one(plural: str, obj: dict[str, Any], status: dict[str, Any]) -> None:
+                base = kube.group_path("metallb.io", "v1beta1", plural, FLOOR_NS)
+                async with gate:
+                    await client.create(base, obj)
+                    await client.merge_patch(
+                        f"{base}/{obj['metadata']['name']}/status", {"status": status}
+                    )
+
+            await asyncio.gather(*(one(*item) for item in share))
+
+        await asyncio.gather(*(writer(c, items[k::FLOOR_WRITERS]) for k, c in enumerate(clients)))
+        return time.monotonic() - started
+    finally:
+        for client in clients:
+            await client.close()
+
+
+def status_floor(lab: network_lab.Lab, l2: int, bgp: int) -> float:
+    lab.kubectl("create", "namespace", FLOOR_NS)
+    try:
+        items = floor_objects(l2, bgp, lab.node_names)
+        return round(asyncio.run(write_floor(lab, items)), 2)
+    finally:
+        lab.kubectl("delete", "namespace", FLOOR_NS, "--wait=false", "--ignore-not-found")
+
+
 def has_ingress(item: Mapping[str, Any]) -> bool:
     return bool(((item.get("status") or {}).get("loadBalancer") or {}).get("ingress"))
 
@@ -627,6 +752,8 @@ def run(lab: network_lab.Lab, sizes: Sizes, r: dict[str, Any], phases: dict[str,
         )
         first = fib.reached(t0, bgp_count, full=False)
         full = fib.reached(t0, bgp_count, full=True)
+        one = fib.reached(t0, 1, full=False)
+        r["first_route_s"] = None if one is None else round(one - t0, 2)
         r["routes_all_s"] = None if first is None else round(first - t0, 2)
         r["routes_all_ecmp_s"] = None if full is None else round(full - t0, 2)
         r["routes_in_fib"] = fib.any_count
@@ -686,6 +813,25 @@ def run(lab: network_lab.Lab, sizes: Sizes, r: dict[str, Any], phases: dict[str,
         r["idle_window_s"] = round(idle_s, 1)
         r["cpu_idle_trees"] = tree_after.cpu_since(tree_before)
 
+        # What one change costs a speaker, once idle.
+        touched = sorted(want.l2_services | want.bgp_services)[0]
+        r["speaker_pass_one_change_s"] = pass_cost(
+            lab,
+            lambda k: lab.kubectl(
+                "label", "service", touched, "-n", APP_NS, f"bench-touch={k}", "--overwrite"
+            ),
+        )
+        r["speaker_pass_full_s"] = pass_cost(
+            lab,
+            lambda k: lab.kubectl(
+                "label", "node", lab.node_names[0], f"bench-touch={k}", "--overwrite"
+            ),
+        )
+        say(
+            f"a pass after one Service changed: {r['speaker_pass_one_change_s']} s; "
+            f"after a Node changed: {r['speaker_pass_full_s']} s"
+        )
+
         # The end state: exactly what should be there, nothing else.
         got_l2, got_bgp = written_statuses(l2.snapshot()), written_statuses(bgp.snapshot())
         bgp_want = {(s, n) for s in want.bgp_services for n in lab.node_names}
@@ -733,6 +879,15 @@ def run(lab: network_lab.Lab, sizes: Sizes, r: dict[str, Any], phases: dict[str,
             idle_end_wall - idle_wall,
         )
         r["measured_s"] = round(time.monotonic() - t0, 1)
+        # The floor last: its writes must not share the apiserver with what is measured.
+        r["status_floor_s"] = status_floor(lab, want_l2, len(want.bgp_services))
+        converged_s = r.get("status_converged_s")
+        r["status_vs_floor"] = (
+            round(converged_s / r["status_floor_s"], 2)
+            if converged_s is not None and r["status_floor_s"]
+            else None
+        )
+        say(f"status floor: {r['status_floor_s']} s ({r['status_vs_floor']}x)")
         del end_converging
         phase("measured")
     finally:
@@ -819,6 +974,12 @@ def summarise(
         "routes_all_s": r.get("routes_all_s"),
         "routes_all_ecmp_s": r.get("routes_all_ecmp_s"),
         "status_converged_s": r.get("status_converged_s"),
+        "status_floor_s": r.get("status_floor_s"),
+        "status_vs_floor": r.get("status_vs_floor"),
+        "first_route_s": r.get("first_route_s"),
+        "speaker_pass_one_change_s": r.get("speaker_pass_one_change_s"),
+        "speaker_pass_full_s": r.get("speaker_pass_full_s"),
+        "speaker_hwm_mb": r.get("speaker_hwm_mb"),
         "apiserver_requests_per_s_per_speaker": everything.get("mean"),
         "speaker_cpu_s_idle_per_min": r.get("speaker_cpu_s_idle_per_min"),
         **{k: v for k, v in r.items() if k not in ("speaker_rss_mb", "controller_rss_mb")},

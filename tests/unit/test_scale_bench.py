@@ -172,3 +172,29 @@ def test_count_requests_one_per_audit_id_by_source_and_verb() -> None:
         "patch services/status": 1,
         "watch services/status": 1,
     }
+
+
+def test_pass_totals_and_the_mean_pass_on_the_busiest_node() -> None:
+    metrics = (
+        "# TYPE ironlb_speaker_pass_seconds histogram\n"
+        'ironlb_speaker_pass_seconds_bucket{le="0.1"} 3.0\n'
+        "ironlb_speaker_pass_seconds_count 4.0\n"
+        "ironlb_speaker_pass_seconds_sum 1.5\n"
+    )
+    assert scale.pass_totals(metrics) == (1.5, 4.0)
+    assert scale.pass_totals(None) is None and scale.pass_totals("x 1\n") is None
+    before = {1: (1.0, 10.0), 2: (2.0, 10.0), 3: None}
+    after = {1: (1.5, 15.0), 2: (3.0, 12.0), 3: (9.0, 20.0)}
+    assert scale.mean_pass_s(before, after) == 0.5  # node 2: 1.0 s over 2 passes
+    assert scale.mean_pass_s(before, before) is None  # no pass ran meanwhile
+
+
+def test_the_floor_writes_what_the_speakers_write() -> None:
+    items = scale.floor_objects(2, 1, ["node1", "node2", "node3"])
+    kinds = [obj["kind"] for _, obj, _ in items]
+    assert kinds == ["ServiceL2Status"] * 2 + ["ServiceBGPStatus"] * 3  # a BGP one per node
+    names = [obj["metadata"]["name"] for _, obj, _ in items]
+    assert len(set(names)) == len(names)
+    plural, obj, status = items[-1]
+    assert plural == "servicebgpstatuses" and obj["metadata"]["namespace"] == scale.FLOOR_NS
+    assert status["node"] == obj["metadata"]["labels"]["metallb.io/node"] == "node3"
