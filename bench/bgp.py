@@ -748,14 +748,15 @@ def start_speakers(lab: network_lab.Lab, deployment: deploy.Speakers) -> None:
 
 
 def status_to_fib(
-    lab: network_lab.Lab, api: Api, fib: Fib, trials: int
+    lab: network_lab.Lab, api: Api, fib: Fib, trials: int, first_service: int = 0
 ) -> tuple[list[float], list[float], list[float]]:
-    """PATCH a Service's status; time until its /32 has one nexthop, and every node's."""
+    """PATCH a Service's status; time until its /32 has one nexthop, and every node's. The
+    trials use the Services (and addresses) numbered from `first_service` on."""
     first: list[float] = []
     full: list[float] = []
     patch: list[float] = []
     api.warm()
-    for i in range(trials):
+    for i in range(first_service, first_service + trials):
         vip = small_vip(i)
         prefix = f"{vip}/32"
         started = time.monotonic()

@@ -23,10 +23,12 @@ part with its speakers alone, as `bench/bgp.py` measures):
   owner for 5 s; a rolling restart of every speaker; the owner drained (autoscaler taint; full
   run: also the exclusion label and cordon) and 5 s later its link cut, as the node goes.
 * BGP (`bench/bgp.py`'s FIB watcher, ToR FRR with hold time 3 s): a Service's status PATCHed,
-  until its /32 is in the ToR's FIB; N Services with addresses exist, one BGPAdvertisement is
-  created, until all N /32s are in the FIB (first route, all, every nexthop); RSS and CPU of
-  node1's speaker with every process it runs (ironlb: its ExaBGP too) from /proc; every speaker
-  SIGTERMed, until the FIB is empty.
+  until its /32 is in the ToR's FIB (`bgp_status_to_fib_median_s`: N Services with addresses
+  exist, not advertised); one BGPAdvertisement is created, until all N /32s are in the FIB
+  (first route, all, every nexthop); then a Service's status to the FIB again, while the N are
+  announced (`bgp_status_to_fib_loaded_median_s`: what one change costs in a cluster of N);
+  RSS and CPU of node1's speaker with every process it runs (ironlb: its ExaBGP too) from
+  /proc; every speaker SIGTERMed, until the FIB is empty.
 
     python -m bench.versus [--quick] [--trials N] [--routes N] [--cases quick|all|NAME,...]
                            [--metallb-mode frr|native]
@@ -35,10 +37,10 @@ part with its speakers alone, as `bench/bgp.py` measures):
 MetalLB's reloader beside each speaker, counted in what a node pays), or with its own BGP
 (`native`).
 
-`--quick`: 1 trial per fault, 1,000 routes, a few conformance cases: under 5 minutes once MetalLB
-is built (its cold build, reported as `metallb_build_s`, is not counted in that). Progress goes to
-stderr; the last line is one JSON object (with `incomplete` set, and what was measured until
-then, if a part failed).
+`--quick`: 1 trial per fault, 5 status-to-FIB trials each way, 1,000 routes, a few conformance
+cases: under 5 minutes once MetalLB is built (its cold build, reported as `metallb_build_s`, is
+not counted in that). Progress goes to stderr; the last line is one JSON object (with
+`incomplete` set, and what was measured until then, if a part failed).
 """
 
 from __future__ import annotations
@@ -301,11 +303,14 @@ def bgp_side(
     in_fib = fib.any_count
     if not done:
         say(f"{system}: only {in_fib} / {count} routes ({fib.full_count} with every hop)")
+    # One Service's change while the N are announced; the speakers settle first, as above.
+    bgp.wait_idle(lab, deployment, timeout=30)
+    loaded, _, _ = bgp.status_to_fib(lab, api, fib, trials, first_service=trials)
     stop = bgp.graceful_stop(lab, deployment, fib)
     lab.kubectl(
         "delete", "bgpadvertisement", BULK_ADVERTISEMENT, "-n", NS, "--ignore-not-found"
     )  # fmt: skip
-    clear_small_ingress(api, trials)
+    clear_small_ingress(api, 2 * trials)
     memory = at_fib.memory()["nodes"].get("node1", {})
     cpu = at_fib.cpu_since(before)["nodes"].get("node1", {})
 
@@ -316,6 +321,7 @@ def bgp_side(
     out = {
         "bgp_status_to_fib_median_s": _number(status["median"]),
         "bgp_status_to_fib_ecmp_median_s": _number(figures.distribution(full)["median"]),
+        "bgp_status_to_fib_loaded_median_s": _number(figures.distribution(loaded)["median"]),
         "bgp_routes_first_s": since(one),
         "bgp_routes_all_s": since(every_route),
         "bgp_routes_ecmp_s": since(every_hop),
@@ -331,6 +337,7 @@ def bgp_side(
         "memory_node1": memory,
         "cpu_node1_to_fib": cpu,
         "status_to_fib": status,
+        "status_to_fib_loaded": figures.distribution(loaded),
         "stop": stop,
     }
     return out, detail
@@ -376,7 +383,8 @@ def run(
             with phase("metallb_bgp"):
                 theirs.stop_controller()
                 bgp.stop_speakers(lab, theirs)
-                bgp.configure(lab, status_trials, bfd_profile=False)
+                # Twice the trials' Services: before the N routes are announced, and after.
+                bgp.configure(lab, 2 * status_trials, bfd_profile=False)
                 create_bulk(lab, count)
                 side, detail = bgp_side(lab, "metallb", theirs, fib, api, count, status_trials)
                 result.sides["metallb"].update(side)
@@ -445,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     args.trials = args.trials or (1 if args.quick else 10)
-    args.status_trials = args.status_trials or (3 if args.quick else 10)
+    args.status_trials = args.status_trials or (5 if args.quick else 10)
     args.routes = args.routes or (1000 if args.quick else 10000)
     # Drains (datapath.DRAINS) followed by the node's loss; ironlb runs with its defaults, so
     # `cordon` drains nobody in either system (ironlb's --drain-on-cordon is off).
