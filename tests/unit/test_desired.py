@@ -873,3 +873,61 @@ def test_services_with_the_same_advertisements_and_unready_nodes_share_one_candi
         plan = desired.l2_plan(snap, model.NodeName("n1"))
         for s in services:
             assert plan.owners[s.ips[0]] == election.owner(str(s.ips[0]), sets[0])
+
+
+# --- pool_of, remembered per configuration object -------------------------------------------------
+
+
+def v4_pool(name: str, first: int, last: int, *, buggy: bool = False) -> model.IPAddressPool:
+    return model.IPAddressPool(
+        model.PoolName(name),
+        (addresses.AddressRange(4, first, last),),
+        avoid_buggy_ips=buggy,
+    )
+
+
+BASE = int(ipaddress.IPv4Address("10.9.0.0"))
+pool_bounds = st.tuples(st.integers(0, 600), st.integers(0, 600)).map(sorted)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.tuples(pool_bounds, st.booleans()), min_size=1, max_size=4),
+    st.lists(st.tuples(pool_bounds, st.booleans()), min_size=1, max_size=4),
+    st.lists(st.lists(st.integers(0, 600), min_size=1, max_size=2), min_size=1, max_size=12),
+)
+def test_pool_of_answers_as_the_scan_would_for_whichever_configuration_it_is_asked(
+    first: list[tuple[list[int], bool]],
+    second: list[tuple[list[int], bool]],
+    asked: list[list[int]],
+) -> None:
+    """Asked alternately of two configurations (a configuration change and back, a reader of an
+    older pass), the remembered answer is always the one the scan of that configuration gives:
+    no answer of one configuration is ever taken for another's."""
+
+    def config(spec: list[tuple[list[int], bool]]) -> model.Config:
+        return model.Config(
+            pools=tuple(
+                v4_pool(f"p{k}", BASE + lo, BASE + hi, buggy=buggy)
+                for k, ((lo, hi), buggy) in enumerate(spec)
+            )
+        )
+
+    configs = [config(first), config(second)]
+    for turn, offsets in enumerate(asked * 2):
+        cfg = configs[turn % 2]
+        ips = tuple(ipaddress.IPv4Address(BASE + o) for o in offsets)
+        assert desired.pool_of(cfg, ips) == desired._first_pool_holding(cfg, ips)
+
+
+def test_pool_of_honours_avoid_buggy_ips_and_needs_every_address() -> None:
+    pools = (v4_pool("buggy", BASE, BASE + 511, buggy=True), v4_pool("any", BASE, BASE + 511))
+    cfg = model.Config(pools=pools)
+
+    def name(*offsets: int) -> str | None:
+        found = desired.pool_of(cfg, [ipaddress.IPv4Address(BASE + o) for o in offsets])
+        return None if found is None else str(found.name)
+
+    assert name(255) == "any"  # a .255 address is not for a pool that avoids buggy IPs
+    assert name(1) == "buggy"
+    assert name(1, 600) is None  # the second address is in no pool
