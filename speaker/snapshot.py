@@ -225,9 +225,10 @@ def _same_status(a: Object | None, b: Object | None) -> bool:
 @dataclass(frozen=True, slots=True)
 class _ConfigMemo:
     key: tuple[int, str]  # config_version, namespace
-    last_good: model.Config | None
-    config: model.Config
+    config: model.Config  # as parsed, the conflicting objects included
     problems: tuple[Problem, ...]
+    bad: frozenset[tuple[str, str]]  # (kind, name) of objects in conflict
+    without: model.Config | None  # the parse without them (None: no conflict)
 
 
 @dataclass
@@ -310,20 +311,21 @@ class Store:
     def parsed_config(
         self, namespace: str, last_good: model.Config | None
     ) -> tuple[model.Config, list[Problem]]:
-        """`config_of`, parsed again only when a metallb.io object or a Secret name changed
-        (or another last good configuration is given: it is compared by identity, being the
-        object an earlier pass returned)."""
+        """`config_of`, parsed again only when a metallb.io object or a Secret name changed.
+        While nothing changes, every pass gets the same configuration object (what is
+        remembered per configuration, such as `desired.pool_of`'s answers, stays). Only a
+        configuration with conflicts depends on `last_good`."""
         memo = self._config_memo
-        if (
-            memo is None
-            or memo.key != (self.config_version, namespace)
-            or memo.last_good is not last_good
-        ):
-            config, problems = config_of(self, namespace, last_good)
+        if memo is None or memo.key != (self.config_version, namespace):
+            config, problems, bad = _parsed(self, namespace)
             memo = self._config_memo = _ConfigMemo(
-                (self.config_version, namespace), last_good, config, tuple(problems)
+                (self.config_version, namespace),
+                config,
+                tuple(problems),
+                bad,
+                _without(config, bad) if bad else None,
             )
-        return memo.config, list(memo.problems)
+        return _kept(memo, last_good), list(memo.problems)
 
     def _slice_moved(self, key: str, old: Object | None, new: Object | None) -> bool:
         before, after = _owner(old), _owner(new)
@@ -474,6 +476,17 @@ def config_of(
     MetalLB does, so a new bad object cannot take addresses away from Services already served;
     before any valid configuration was seen, the conflicting objects are left out.
     """
+    config, problems, bad = _parsed(store, namespace)
+    if bad:
+        config = last_good if last_good is not None else _without(config, bad)
+    return config, problems
+
+
+def _parsed(
+    store: Store, namespace: str
+) -> tuple[model.Config, list[Problem], frozenset[tuple[str, str]]]:
+    """`config_of`'s parse, whatever the last good configuration: the configuration as written,
+    its problems, and the objects in conflict."""
     objects: dict[str, list[Object]] = {
         kind: [
             o
@@ -485,10 +498,15 @@ def config_of(
     objects[model.SECRET] = list(store.secrets.values())
     config, problems = parsing.parse_config(objects)
     checked = validation.validate(config)
-    bad = validation.invalid_objects(checked)
-    if bad:
-        config = last_good if last_good is not None else _without(config, bad)
-    return config, [*problems, *checked]
+    return config, [*problems, *checked], frozenset(validation.invalid_objects(checked))
+
+
+def _kept(memo: _ConfigMemo, last_good: model.Config | None) -> model.Config:
+    """`config_of`'s answer from a parse: the parsed configuration when nothing conflicts, else
+    the last good one, or before any the parse without the conflicting objects."""
+    if memo.without is None:
+        return memo.config
+    return last_good if last_good is not None else memo.without
 
 
 def _without(config: model.Config, bad: frozenset[tuple[str, str]]) -> model.Config:

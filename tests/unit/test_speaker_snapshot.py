@@ -378,6 +378,30 @@ def test_a_conflict_keeps_the_last_good_configuration() -> None:
     assert snap.config.pools == ()
 
 
+def test_passes_get_one_configuration_object_while_nothing_changes() -> None:
+    """As the agent does, each pass hands back the configuration the last gave it: while no
+    metallb.io object changes, it is the same object (no parse, and what is remembered per
+    configuration stays); a change gives a new one; with a conflict, the last good one."""
+    store = store_with(pool("first", ["10.250.0.200/29"]))
+    last_good = None
+    seen = []
+    for _ in range(3):
+        snap, _ = snapshot.build(store, namespace=NS, alive=frozenset(), last_good=last_good)
+        seen.append(snap.config)
+        last_good = snap.config
+        store.put("Service", None, service(f"web{len(seen)}"))  # not configuration
+    assert seen[0] is seen[1] is seen[2]
+    store.put("IPAddressPool", None, pool("second", ["10.250.0.216/29"]))
+    changed, _ = snapshot.build(store, namespace=NS, alive=frozenset(), last_good=last_good)
+    assert changed.config is not last_good and len(changed.config.pools) == 2
+    store.put("IPAddressPool", None, pool("third", ["10.250.0.218/31"]))  # overlaps "second"
+    for _ in range(2):
+        kept, problems = snapshot.build(
+            store, namespace=NS, alive=frozenset(), last_good=changed.config
+        )
+        assert kept.config is changed.config and problems
+
+
 # --- data path: what a node's object says about draining, and where kube-proxy answers ----------
 
 
