@@ -90,29 +90,36 @@ def _http_error(e: urllib.error.HTTPError) -> str:
     return _said(e.code, body, str(e.reason))
 
 
+async def _items(client: kube.Client, path: str, params: dict[str, str] | None = None) -> list[Any]:
+    found, _ = await client.list(path, params)
+    return found
+
+
+def _group_path(kind: str, namespace: str) -> str:
+    plural, versions = model.RESOURCES[kind]
+    return kube.group_path(model.GROUP, versions[-1], plural, namespace)
+
+
+async def _stored_config(client: kube.Client, namespace: str) -> dict[str, list[Any]]:
+    """Every metallb.io configuration object of `namespace`, by kind."""
+    kinds = list(model.CONFIG_KINDS)
+    lists = await asyncio.gather(*(_items(client, _group_path(k, namespace)) for k in kinds))
+    return dict(zip(kinds, lists, strict=True))
+
+
 async def fetch(
     credentials: kube.Credentials, namespace: str, lb_class: str, states: bool = False
 ) -> tuple[status_view.Inputs, list[Any] | None]:
     """The API objects `status` shows, and the ConfigurationStates when `states` (None: not
     readable)."""
     async with kube.Client(credentials, field_manager="ironlb-cli") as client:
-
-        async def items(path: str, params: dict[str, str] | None = None) -> list[Any]:
-            found, _ = await client.list(path, params)
-            return found
-
-        def group(kind: str) -> str:
-            plural, versions = model.RESOURCES[kind]
-            return kube.group_path(model.GROUP, versions[-1], plural, namespace)
-
-        kinds = list(model.CONFIG_KINDS)
         try:
-            config_lists = await asyncio.gather(*(items(group(k)) for k in kinds))
+            config = await _stored_config(client, namespace)
             services, nodes, l2, bgp = await asyncio.gather(
-                items(kube.core_path("services")),
-                items(kube.core_path("nodes")),
-                items(group(model.SERVICE_L2_STATUS)),
-                items(group(model.SERVICE_BGP_STATUS)),
+                _items(client, kube.core_path("services")),
+                _items(client, kube.core_path("nodes")),
+                _items(client, _group_path(model.SERVICE_L2_STATUS, namespace)),
+                _items(client, _group_path(model.SERVICE_BGP_STATUS, namespace)),
             )
         except kube.ApiError as e:
             if e.not_found:
@@ -121,17 +128,21 @@ async def fetch(
                 ) from e
             raise FetchError(str(e)) from e
         try:
-            events = await items(kube.core_path("events"), {"fieldSelector": EVENT_SELECTOR})
+            events = await _items(
+                client, kube.core_path("events"), {"fieldSelector": EVENT_SELECTOR}
+            )
         except kube.ApiError:
             events = []  # no right to read Events: pending Services just say less
         configuration_states: list[Any] | None = []
         if states:
             try:
-                configuration_states = await items(group(model.CONFIGURATION_STATE))
+                configuration_states = await _items(
+                    client, _group_path(model.CONFIGURATION_STATE, namespace)
+                )
             except kube.ApiError:
                 configuration_states = None  # an older CRD set, or no right: the view says so
     inputs = status_view.Inputs(
-        config=dict(zip(kinds, config_lists, strict=True)),
+        config=config,
         services=services,
         nodes=nodes,
         l2_statuses=l2,
@@ -300,29 +311,19 @@ async def gather_preflight(args: argparse.Namespace) -> preflight_view.Inputs:
     MetalLB's speaker and controller Pods in --namespace."""
     credentials = _credentials(args)
     async with kube.Client(credentials, field_manager="ironlb-cli") as client:
-
-        async def items(path: str, params: dict[str, str] | None = None) -> list[Any]:
-            found, _ = await client.list(path, params)
-            return found
-
-        def group(kind: str) -> str:
-            plural, versions = model.RESOURCES[kind]
-            return kube.group_path(model.GROUP, versions[-1], plural, args.namespace)
-
         pods = kube.core_path("pods", args.namespace)
-        kinds = list(model.CONFIG_KINDS)
         try:
-            crds = await items("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+            crds = await _items(client, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
             nodes, speakers_found, controllers = await asyncio.gather(
-                items(kube.core_path("nodes")),
-                items(pods, {"labelSelector": args.metallb_selector}),
-                items(pods, {"labelSelector": preflight_view.CONTROLLER_SELECTOR}),
+                _items(client, kube.core_path("nodes")),
+                _items(client, pods, {"labelSelector": args.metallb_selector}),
+                _items(client, pods, {"labelSelector": preflight_view.CONTROLLER_SELECTOR}),
             )
-            config_lists = await asyncio.gather(*(items(group(k)) for k in kinds))
+            config = await _stored_config(client, args.namespace)
         except kube.ApiError as e:
             raise FetchError(str(e)) from e
         try:
-            secrets = await items(kube.core_path("secrets", args.namespace))
+            secrets = await _items(client, kube.core_path("secrets", args.namespace))
             secret_names: frozenset[str] | None = frozenset(
                 str((s.get("metadata") or {}).get("name", "")) for s in secrets
             )
@@ -330,7 +331,7 @@ async def gather_preflight(args: argparse.Namespace) -> preflight_view.Inputs:
             secret_names = None  # no right to list them: password references go unjudged
     return preflight_view.Inputs(
         crds=[c for c in crds if str(c["metadata"]["name"]).endswith("." + model.GROUP)],
-        config=dict(zip(kinds, config_lists, strict=True)),
+        config=config,
         nodes=nodes,
         metallb_speakers=speakers_found,
         metallb_controllers=controllers,
@@ -375,13 +376,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="Pools with their usage, Services with their addresses and who announces "
         "them, BGP sessions and the membership view (these two read the speakers' /metrics).",
     )
-    status.add_argument("--kubeconfig", default=None, help="else $KUBECONFIG, in-cluster, ~/.kube")
-    status.add_argument(
-        "--namespace",
-        default=os.environ.get("METALLB_NAMESPACE", "metallb-system"),
-        help="namespace of the metallb.io objects (env METALLB_NAMESPACE)",
-    )
-    status.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    _api_flags(status, "namespace of the metallb.io objects")
     status.add_argument(
         "--speaker-metrics",
         default="",
@@ -415,13 +410,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "controller. Exit status 0: nothing fails; 1: something does; 2: the API could not "
         "be read.",
     )
-    check.add_argument("--kubeconfig", default=None, help="else $KUBECONFIG, in-cluster, ~/.kube")
-    check.add_argument(
-        "--namespace",
-        default=os.environ.get("METALLB_NAMESPACE", "metallb-system"),
-        help="namespace of MetalLB and its metallb.io objects (env METALLB_NAMESPACE)",
-    )
-    check.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    _api_flags(check, "namespace of MetalLB and its metallb.io objects")
     check.add_argument(
         "--metallb-selector",
         type=_selector,
@@ -435,6 +424,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the membership port ironlb's speakers will bind (speaker.memberlist.mlBindPort)",
     )
     return parser.parse_args(argv)
+
+
+def _api_flags(command: argparse.ArgumentParser, namespace_help: str) -> None:
+    """Where every subcommand reads from, and how it prints."""
+    command.add_argument("--kubeconfig", default=None, help="else $KUBECONFIG, in-cluster, ~/.kube")
+    command.add_argument(
+        "--namespace",
+        default=os.environ.get("METALLB_NAMESPACE", "metallb-system"),
+        help=f"{namespace_help} (env METALLB_NAMESPACE)",
+    )
+    command.add_argument("-o", "--output", choices=("text", "json"), default="text")
 
 
 def _selector(text: str) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ironlb import honouring, model, taking_over
-from ironlb_cli import status_view
+from ironlb_cli import readers, status_view
 
 BGPPEER_CRD = "bgppeers.metallb.io"
 CONFIGURATION_STATE_CRD = "configurationstates.metallb.io"
@@ -74,16 +74,14 @@ def passed(findings: Iterable[Finding]) -> bool:
 
 
 def _name(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    return str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+    return readers.text(readers.mapping(obj.get("metadata")).get("name"))
 
 
 def _crds(crds: Sequence[Mapping[str, Any]]) -> list[Finding]:
     by_name = {_name(c): c for c in crds}
     peer = by_name.get(BGPPEER_CRD)
-    spec = peer.get("spec") if peer is not None else None
-    conversion = spec.get("conversion") if isinstance(spec, Mapping) else None
-    strategy = conversion.get("strategy") if isinstance(conversion, Mapping) else None
+    spec = readers.mapping(peer.get("spec") if peer is not None else None)
+    strategy = readers.mapping(spec.get("conversion")).get("strategy")
     problems = []
     if peer is None:
         problems.append(f"no {BGPPEER_CRD}")
@@ -116,18 +114,15 @@ def _objects(inputs: Inputs) -> list[Finding]:
 def _memberlist_port(pod: Mapping[str, Any]) -> int | None:
     """The UDP port the Pod's speaker binds for memberlist: its named container port, else its
     METALLB_ML_BIND_PORT, else memberlist's default (the speaker is on the host network)."""
-    spec = pod.get("spec")
-    containers = spec.get("containers") if isinstance(spec, Mapping) else None
-    for container in containers if isinstance(containers, list) else ():
-        if not isinstance(container, Mapping):
-            continue
-        for port in container.get("ports") or ():
-            if isinstance(port, Mapping) and port.get("name") in MEMBERLIST_PORT_NAMES:
+    for item in readers.items(readers.mapping(pod.get("spec")).get("containers")):
+        container = readers.mapping(item)
+        for port in map(readers.mapping, readers.items(container.get("ports"))):
+            if port.get("name") in MEMBERLIST_PORT_NAMES:
                 value = port.get("containerPort")
                 return value if isinstance(value, int) else None
-        for env in container.get("env") or ():
-            if isinstance(env, Mapping) and env.get("name") == "METALLB_ML_BIND_PORT":
-                value = str(env.get("value", ""))
+        for env in map(readers.mapping, readers.items(container.get("env"))):
+            if env.get("name") == "METALLB_ML_BIND_PORT":
+                value = readers.text(env.get("value"))
                 return int(value) if value.isdigit() else None
     return DEFAULT_MEMBERLIST_PORT
 
@@ -135,9 +130,8 @@ def _memberlist_port(pod: Mapping[str, Any]) -> int | None:
 def _speakers(inputs: Inputs) -> list[Finding]:
     on: dict[str, Mapping[str, Any]] = {}
     for pod in inputs.metallb_speakers:
-        spec = pod.get("spec")
-        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-        if isinstance(node, str) and node:
+        node = readers.text(readers.mapping(pod.get("spec")).get("nodeName"))
+        if node:
             on.setdefault(node, pod)
     nodes = sorted(_name(n) for n in inputs.nodes)
     without = [n for n in nodes if n not in on]
@@ -182,9 +176,7 @@ def _speakers(inputs: Inputs) -> list[Finding]:
 def _graceful_restart(inputs: Inputs) -> list[Finding]:
     peers = inputs.config.get(model.BGP_PEER, ())
     without = sorted(
-        _name(p)
-        for p in peers
-        if not (isinstance(p.get("spec"), Mapping) and p["spec"].get("enableGracefulRestart"))
+        _name(p) for p in peers if not readers.mapping(p.get("spec")).get("enableGracefulRestart")
     )
     if not peers:
         return []
@@ -204,9 +196,7 @@ def _graceful_restart(inputs: Inputs) -> list[Finding]:
 
 def _controllers(pods: Sequence[Mapping[str, Any]]) -> list[Finding]:
     running = [
-        _name(p)
-        for p in pods
-        if not (isinstance(p.get("metadata"), Mapping) and p["metadata"].get("deletionTimestamp"))
+        _name(p) for p in pods if not readers.mapping(p.get("metadata")).get("deletionTimestamp")
     ]
     if not running:
         return []
