@@ -247,7 +247,13 @@ class Agent:
         me = self.options.node_name
         standing = self.standing()
         snap, own, problems = self._snapshot()
-        stale = self.last_good is not None and snap.config is self.last_good
+        # Stale: objects conflict, so the pass runs on the last good configuration. (While
+        # nothing changes every pass gets the same object: identity alone does not say it.)
+        stale = (
+            self.store.config_conflicts()
+            and self.last_good is not None
+            and snap.config is self.last_good
+        )
         if not stale:
             self.last_good = snap.config
         metrics.CONFIG_STALE.set(1 if stale else 0)

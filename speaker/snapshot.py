@@ -327,6 +327,11 @@ class Store:
             )
         return _kept(memo, last_good), list(memo.problems)
 
+    def config_conflicts(self) -> bool:
+        """Whether the latest `parsed_config` found objects in conflict (and so answered with
+        the last good configuration, or without them)."""
+        return self._config_memo is not None and self._config_memo.without is not None
+
     def _slice_moved(self, key: str, old: Object | None, new: Object | None) -> bool:
         before, after = _owner(old), _owner(new)
         if before is not None:

@@ -391,6 +391,7 @@ def test_passes_get_one_configuration_object_while_nothing_changes() -> None:
         last_good = snap.config
         store.put("Service", None, service(f"web{len(seen)}"))  # not configuration
     assert seen[0] is seen[1] is seen[2]
+    assert not store.config_conflicts()  # the same object, and not stale
     store.put("IPAddressPool", None, pool("second", ["10.250.0.216/29"]))
     changed, _ = snapshot.build(store, namespace=NS, alive=frozenset(), last_good=last_good)
     assert changed.config is not last_good and len(changed.config.pools) == 2
@@ -400,6 +401,7 @@ def test_passes_get_one_configuration_object_while_nothing_changes() -> None:
             store, namespace=NS, alive=frozenset(), last_good=changed.config
         )
         assert kept.config is changed.config and problems
+        assert store.config_conflicts()
 
 
 # --- data path: what a node's object says about draining, and where kube-proxy answers ----------
