@@ -244,23 +244,25 @@ def test_status_diff_creates_updates_and_deletes_only_our_objects() -> None:
     assert changes.delete == ("l2-gone",)
 
 
+def l2_status(name: str, node_name: str, service: str) -> dict[str, Any]:
+    """A ServiceL2Status as the API holds it: named `name`, labelled for node and Service."""
+    return {
+        "kind": model.SERVICE_L2_STATUS,
+        "metadata": {
+            "name": name,
+            "labels": {
+                keys.STATUS_NODE: node_name,
+                keys.STATUS_SERVICE_NAMESPACE: "app",
+                keys.STATUS_SERVICE_NAME: service,
+            },
+        },
+    }
+
+
 def test_layer2_owner_evicts_other_nodes_objects_for_its_services_only() -> None:
     (a,) = status.wanted_l2("n1", plan(("10.250.0.200", (), ("app/a",))))
 
-    def theirs(name: str, node_name: str, service: str) -> dict[str, Any]:
-        return {
-            "kind": model.SERVICE_L2_STATUS,
-            "metadata": {
-                "name": name,
-                "labels": {
-                    keys.STATUS_NODE: node_name,
-                    keys.STATUS_SERVICE_NAMESPACE: "app",
-                    keys.STATUS_SERVICE_NAME: service,
-                },
-            },
-        }
-
-    existing = [theirs("l2-dead-owner", "n2", "a"), theirs("l2-other-service", "n3", "b")]
+    existing = [l2_status("l2-dead-owner", "n2", "a"), l2_status("l2-other-service", "n3", "b")]
     elected = {("app", "a"): frozenset({"n1"})}
     evicting = status.diff(model.SERVICE_L2_STATUS, "n1", [a], existing, announcers=elected)
     assert evicting.delete == ("l2-dead-owner",)
@@ -478,27 +480,14 @@ def test_standing_by_removes_only_the_objects_we_named() -> None:
     """A node standing by for MetalLB's speaker (`ironlb.taking_over`) removes the status
     objects it wrote and leaves MetalLB's, which carry the same labels."""
 
-    def labelled(name: str, node_name: str, service: str) -> dict[str, Any]:
-        return {
-            "kind": model.SERVICE_L2_STATUS,
-            "metadata": {
-                "name": name,
-                "labels": {
-                    keys.STATUS_NODE: node_name,
-                    keys.STATUS_SERVICE_NAMESPACE: "app",
-                    keys.STATUS_SERVICE_NAME: service,
-                },
-            },
-        }
-
     ours = status.object_name(model.SERVICE_L2_STATUS, "n1", "app/a")
     others = status.object_name(model.SERVICE_L2_STATUS, "n2", "app/a")
     existing = [
-        labelled(ours, "n1", "a"),
-        labelled("l2-metallb-x7k2", "n1", "a"),  # MetalLB's speaker on this node: generateName
-        labelled(others, "n2", "a"),
+        l2_status(ours, "n1", "a"),
+        l2_status("l2-metallb-x7k2", "n1", "a"),  # MetalLB's speaker on this node: generateName
+        l2_status(others, "n2", "a"),
         # Our name, but not for the Service it is labelled with: not one we wrote.
-        labelled(ours, "n1", "b"),
+        l2_status(ours, "n1", "b"),
     ]
     standing_by = status.diff(model.SERVICE_L2_STATUS, "n1", [], existing, only_ours=True)
     assert standing_by == status.Changes((), (), (ours,))
