@@ -131,19 +131,6 @@ def longest_gap(
     return round(longest, 3)
 
 
-def owner_changes(first: Sequence[str] | None, changes: Sequence[Sequence[str]]) -> int:
-    """How often the ToR's ARP probe of the L2 address was answered by other MACs than the
-    answer before (a silent round is no answer, not a change)."""
-    count, last = 0, tuple(sorted(first or ()))
-    for macs in changes:
-        now = tuple(sorted(macs))
-        if now and last and now != last:
-            count += 1
-        if now:
-            last = now
-    return count
-
-
 def managers(item: dict[str, Any]) -> set[str]:
     return {m.get("manager", "") for m in item["metadata"].get("managedFields") or []}
 
@@ -270,7 +257,7 @@ def direction(
         "streams_broken_at": {
             stream["target"]: stream["broken"] for stream in report["streams"] if stream["broken"]
         },
-        "l2_owner_changes": owner_changes(watch.first_macs, watch.arp_changes),
+        "l2_owner_changes": watch.arp_owner_changes(),
         "l2_gap_s": longest_gap(bool(watch.first_macs), arp, began, ended),
         "bgp_gap_s": longest_gap(bool(watch.first_fib), fib, began, ended),
         "serving_s": serving,

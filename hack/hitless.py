@@ -455,6 +455,11 @@ class Watch:
             self.fib6 = fib6
         self.samples += 1
 
+    def arp_owner_changes(self) -> int:
+        """How often another MAC than before answered the L2 VIP (`owner_changes`), from the
+        first answer on."""
+        return owner_changes([*([self.first_macs] if self.first_macs else []), *self.arp_changes])
+
     def close(self) -> None:
         self.arp_watcher.close()
         if self.fib_watcher.poll() is None:
@@ -678,9 +683,7 @@ def apiserver_outage(
         "fib6_changes": watch.v6_changes,
         # Another MAC answering is a re-election; a round without an answer (the ToR's probe
         # missed a reply on a busy machine, or nobody answered) is counted apart.
-        "arp_owner_changes": owner_changes(
-            [*([watch.first_macs] if watch.first_macs else []), *watch.arp_changes]
-        ),
+        "arp_owner_changes": watch.arp_owner_changes(),
         "arp_silent_rounds": sum(1 for macs in watch.arp_changes if not macs),
         "arp_changes": watch.arp_changes,
         "arp_first": watch.first_macs,

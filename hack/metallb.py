@@ -858,9 +858,7 @@ class MetalLBDeployment:
         """The kubelet's part: the stand-in Pod turns Ready once the speaker answers the
         chart's readiness probe (an HTTP GET from outside the node, as a kubelet's comes from
         the host), probed after its initial delay and then every period."""
-        stop = self._probers.pop(index, None)
-        if stop is not None:
-            stop.set()
+        self._stop_probing(index)
         probe = container(self.chart.speaker).get("readinessProbe") or {}
         get = probe.get("httpGet") or {}
         ports = {
@@ -890,6 +888,11 @@ class MetalLBDeployment:
 
         threading.Thread(target=run, name=f"readiness-{pod}", daemon=True).start()
 
+    def _stop_probing(self, index: int) -> None:
+        stop = self._probers.pop(index, None)
+        if stop is not None:
+            stop.set()
+
     def signal_speaker(self, index: int, sig: signal.Signals) -> None:
         """A fault: the signal alone (SIGKILL is a crash); `stop_speaker` reaps it."""
         process = self.speakers.get(index)
@@ -898,9 +901,7 @@ class MetalLBDeployment:
 
     def stop_speaker(self, index: int, sig: signal.Signals = signal.SIGTERM) -> None:
         """`sig` (SIGTERM: MetalLB leaves memberlist on its way out), SIGKILL after a while."""
-        prober = self._probers.pop(index, None)
-        if prober is not None:
-            prober.set()
+        self._stop_probing(index)
         process = self.speakers.pop(index, None)
         if process is not None:
             processes.stop(process, sig)
@@ -912,15 +913,14 @@ class MetalLBDeployment:
 
     def remove_release(self) -> None:
         """What `helm uninstall` does to the running release, as the kubelets carry it out:
-        every speaker Pod and the controller marked for deletion at once, each process then
-        SIGTERMed (SIGKILLed after the Pod's grace period), each speaker Pod removed once its
-        process has ended; then `uninstall` (MetalLB's objects, our CRDs back)."""
+        every speaker Pod marked for deletion at once, every process then SIGTERMed (SIGKILLed
+        after the Pod's grace period), and once all have ended `uninstall`, which removes the
+        Pods (the kubelets' confirmation) and MetalLB's objects, and puts our CRDs back."""
         pods = [pod_name(self.lab.node_names[i - 1]) for i in self.speakers]
         if pods:
             self.lab.kubectl("delete", "pod", *pods, "-n", NAMESPACE, "--wait=false")
-        for stop in self._probers.values():
-            stop.set()
-        self._probers.clear()
+        for index in list(self._probers):
+            self._stop_probing(index)
         grace = float(pod_spec(self.chart.speaker).get("terminationGracePeriodSeconds") or 0)
         running = [p for p in (*self.speakers.values(), self.controller) if p is not None]
         # A kubelet gives at least 2 s (its minimum grace period) before SIGKILL.
@@ -933,9 +933,8 @@ class MetalLBDeployment:
         uninstall(self.lab, self.version, self.chart)
 
     def stop(self) -> None:
-        for stop in self._probers.values():
-            stop.set()
-        self._probers.clear()
+        for index in list(self._probers):
+            self._stop_probing(index)
         for index in list(self.speakers):
             self.stop_speaker(index)
         self.stop_controller()

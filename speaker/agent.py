@@ -266,9 +266,7 @@ class Agent:
         answering = self._interfaces_seen = (
             self.layer2.interfaces() if self.layer2 is not None else None
         )
-        l2 = desired.l2_plan(snap, model.NodeName(me), answering)
-        if not standing.layer2:
-            l2 = _EMPTY_L2
+        l2 = desired.l2_plan(snap, model.NodeName(me), answering) if standing.layer2 else _EMPTY_L2
         if self.layer2 is not None:
             self.layer2.set_owned({e.address: e.interfaces for e in l2.mine})
             if standing.layer2:

@@ -15,12 +15,12 @@ removed at the end, even on failure.
 from __future__ import annotations
 
 import json
-import re
 import secrets
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from bench import migrate
 from ironlb import taking_over
 from tests.conftest import Kubectl
 from tests.integration.test_speaker_startup import Speaker, eventually, speakers
@@ -29,13 +29,11 @@ pytestmark = pytest.mark.integration
 
 __all__ = ["speakers"]  # the fixture, used below
 LABELS = {"app.kubernetes.io/name": "metallb", "app.kubernetes.io/component": "speaker"}
-STANDING = re.compile(r'^ironlb_speaker_taking_over\{standing="(\w+)"\} 1\.0$', re.MULTILINE)
 
 
 def standing(speaker: Speaker) -> str | None:
     code, metrics = speaker.get("/metrics")
-    found = STANDING.search(metrics) if code == 200 else None
-    return found.group(1) if found else None
+    return migrate.standing(metrics) if code == 200 else None
 
 
 @pytest.fixture

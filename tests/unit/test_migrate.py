@@ -33,12 +33,3 @@ def test_status_objects_are_ironlbs_only_when_ironlb_alone_wrote_them() -> None:
     assert not migrate.ironlbs(theirs)
     assert not migrate.ironlbs(both)
     assert not migrate.ironlbs({"metadata": {}})  # read without managedFields: nobody's
-
-
-def test_owner_changes_count_other_answers_not_silences() -> None:
-    a, b = "02:00:00:00:00:0a", "02:00:00:00:00:0b"
-    assert migrate.owner_changes([a], []) == 0
-    assert migrate.owner_changes([a], [[], [a]]) == 0  # a silence, then the same node
-    assert migrate.owner_changes([a], [[b], [], [b], [a]]) == 2
-    assert migrate.owner_changes(None, [[a], [b]]) == 1  # no first answer: from the first one
-    assert migrate.owner_changes([a, b], [[b, a]]) == 0  # the same pair, in another order
