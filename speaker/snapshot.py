@@ -311,10 +311,16 @@ class Store:
     def parsed_config(
         self, namespace: str, last_good: model.Config | None
     ) -> tuple[model.Config, list[Problem]]:
-        """`config_of`, parsed again only when a metallb.io object or a Secret name changed.
-        While nothing changes, every pass gets the same configuration object (what is
-        remembered per configuration, such as `desired.pool_of`'s answers, stays). Only a
-        configuration with conflicts depends on `last_good`."""
+        """The metallb.io objects of our namespace, parsed and validated; parsed again only when
+        one of them or a Secret name changed. While nothing changes, every pass gets the same
+        configuration object (what is remembered per configuration, such as `desired.pool_of`'s
+        answers, stays).
+
+        An object that does not parse is left out alone. A conflict between objects (two pools
+        overlapping after a race past the webhook) keeps `last_good`, the last configuration
+        that was valid, as MetalLB does, so a new bad object cannot take addresses away from
+        Services already served; before any valid configuration was seen, the conflicting
+        objects are left out."""
         memo = self._config_memo
         if memo is None or memo.key != (self.config_version, namespace):
             config, problems, bad = _parsed(self, namespace)
@@ -471,27 +477,11 @@ def _conditions(node: Object) -> list[Mapping[str, Any]]:
     return [c for c in _list(_map(node.get("status")).get("conditions")) if isinstance(c, Mapping)]
 
 
-def config_of(
-    store: Store, namespace: str, last_good: model.Config | None = None
-) -> tuple[model.Config, list[Problem]]:
-    """Parse and validate the metallb.io objects of our namespace.
-
-    An object that does not parse is left out alone. A conflict between objects (two pools
-    overlapping after a race past the webhook) keeps the last configuration that was valid, as
-    MetalLB does, so a new bad object cannot take addresses away from Services already served;
-    before any valid configuration was seen, the conflicting objects are left out.
-    """
-    config, problems, bad = _parsed(store, namespace)
-    if bad:
-        config = last_good if last_good is not None else _without(config, bad)
-    return config, problems
-
-
 def _parsed(
     store: Store, namespace: str
 ) -> tuple[model.Config, list[Problem], frozenset[tuple[str, str]]]:
-    """`config_of`'s parse, whatever the last good configuration: the configuration as written,
-    its problems, and the objects in conflict."""
+    """`Store.parsed_config`'s parse, whatever the last good configuration: the configuration as
+    written, its problems, and the objects in conflict."""
     objects: dict[str, list[Object]] = {
         kind: [
             o
@@ -507,8 +497,9 @@ def _parsed(
 
 
 def _kept(memo: _ConfigMemo, last_good: model.Config | None) -> model.Config:
-    """`config_of`'s answer from a parse: the parsed configuration when nothing conflicts, else
-    the last good one, or before any the parse without the conflicting objects."""
+    """`Store.parsed_config`'s answer from a parse: the parsed configuration when nothing
+    conflicts, else the last good one, or before any the parse without the conflicting
+    objects."""
     if memo.without is None:
         return memo.config
     return last_good if last_good is not None else memo.without
