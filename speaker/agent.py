@@ -124,6 +124,8 @@ class Agent:
     _again_later: election.Deferred[addresses.IPAddress] = field(default_factory=election.Deferred)
     _again_timer: asyncio.TimerHandle | None = None
     _standing: taking_over.Standing | None = None  # what the previous pass stood for
+    # What the previous pass decided, kept so that a pass costs what changed (`desired.Memo`).
+    _plans: desired.Memo = field(default_factory=desired.Memo)
 
     def __post_init__(self) -> None:
         me, ns = self.options.node_name, self.options.namespace
@@ -266,7 +268,11 @@ class Agent:
         answering = self._interfaces_seen = (
             self.layer2.interfaces() if self.layer2 is not None else None
         )
-        l2 = desired.l2_plan(snap, model.NodeName(me), answering) if standing.layer2 else _EMPTY_L2
+        l2 = (
+            desired.l2_plan(snap, model.NodeName(me), answering, self._plans)
+            if standing.layer2
+            else _EMPTY_L2
+        )
         if self.layer2 is not None:
             self.layer2.set_owned({e.address: e.interfaces for e in l2.mine})
             if standing.layer2:
@@ -274,7 +280,9 @@ class Agent:
                 self.accounting.report_unannounceable(l2)
         reached: Mapping[str, tuple[model.PeerName, ...]] = {}
         # BGP is this node's decision alone: our own verdict always counts.
-        bgp_plan = desired.bgp_plan(own, model.NodeName(me)) if standing.bgp else _EMPTY_BGP
+        bgp_plan = (
+            desired.bgp_plan(own, model.NodeName(me), self._plans) if standing.bgp else _EMPTY_BGP
+        )
         if self.bgp is not None:
             reached = await self.bgp.apply(
                 snap.config,

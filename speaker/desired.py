@@ -422,6 +422,15 @@ class _Electorate:
             tuple[tuple[int, ...], frozenset[str]], tuple[frozenset[str], Mapping[str, int]]
         ] = {}
 
+    def selection(self, ad: model.L2Advertisement) -> frozenset[tuple[str, int]]:
+        """The usable nodes one advertisement selects, each with the preference weight it
+        gives the node: what a candidacy under it reads of the nodes (`Memo`)."""
+        return frozenset(
+            (node.name, election.scores_of(((node, labels),), (ad,)).get(node.name, 0))
+            for node, labels in self._usable
+            if selectors.any_matches(ad.node_selectors, labels)
+        )
+
     def without(
         self, ads: tuple[model.L2Advertisement, ...], unready: frozenset[str]
     ) -> tuple[frozenset[str], Mapping[str, int]]:
@@ -544,22 +553,27 @@ _Holders = dict[
 ]
 
 
-def _l2_holders(snapshot: Snapshot, reasons: dict[str, Why], messages: dict[str, str]) -> _Holders:
+def _l2_holders(
+    snapshot: Snapshot, reasons: dict[str, Why], messages: dict[str, str], memo: Memo
+) -> _Holders:
     """Each address's Services that some node may announce, with their candidacies; the
-    others' reasons (the Service's own checks) go into `reasons` and `messages`."""
+    others' reasons (the Service's own checks) go into `reasons` and `messages`. A Service
+    whose candidacy the memo still holds is not judged again."""
     not_ready = snapshot.not_ready()
     electorate = _Electorate(snapshot)
+    changed = memo.l2_selections(snapshot, electorate)
+    kept = memo.candidacies
+    fresh: dict[str, _L2Entry] = {}
     per_address: _Holders = {}
     for service in snapshot.services:
-        candidacy: _L2Candidacy | Reason
-        if not service.ips:
-            candidacy = Reason.NO_IP_ALLOCATED
-        else:
-            pool = pool_of(snapshot.config, service.ips)
-            if pool is None:
-                candidacy = Reason.IP_NOT_ALLOWED
-            else:
-                candidacy = _l2_candidacy(snapshot, service, pool, not_ready, electorate)
+        unready = not_ready.for_service(service)
+        entry = kept.get(service.key)
+        if entry is None or not entry.still(service, unready, changed):
+            entry = _L2Entry(
+                service, unready, _l2_candidacy_of(snapshot, service, not_ready, electorate)
+            )
+        fresh[service.key] = entry
+        candidacy = entry.candidacy
         if isinstance(candidacy, Reason):
             reasons[service.key] = candidacy
             messages[service.key] = _NO_CANDIDACY_MESSAGES.get(candidacy, "")
@@ -570,7 +584,19 @@ def _l2_holders(snapshot: Snapshot, reasons: dict[str, Why], messages: dict[str,
             # MetalLB hashes a Service's first address for all of them: a dual-stack Service
             # is announced by one node in both families.
             keys.add(service.ips[0])
+    memo.candidacies = fresh
     return per_address
+
+
+def _l2_candidacy_of(
+    snapshot: Snapshot, service: Service, not_ready: _NotReady, electorate: _Electorate
+) -> _L2Candidacy | Reason:
+    if not service.ips:
+        return Reason.NO_IP_ALLOCATED
+    pool = pool_of(snapshot.config, service.ips)
+    if pool is None:
+        return Reason.IP_NOT_ALLOWED
+    return _l2_candidacy(snapshot, service, pool, not_ready, electorate)
 
 
 def _why_not_mine(
@@ -595,55 +621,92 @@ def _why_not_mine(
 
 
 def l2_plan(
-    snapshot: Snapshot, me: model.NodeName, interfaces: frozenset[str] | None = None
+    snapshot: Snapshot,
+    me: model.NodeName,
+    interfaces: frozenset[str] | None = None,
+    memo: Memo | None = None,
 ) -> L2Plan:
     """Which addresses this node answers for, and why not for the others. `interfaces` are
     this node's interfaces that answer ARP/NDP (None: not known, every advertisement's
-    interface list is taken as met)."""
+    interface list is taken as met). `memo` (one per speaker) carries what the previous pass
+    found: an address whose Services, candidacies and this node's view of itself are as they
+    were is not decided again; the plan is the same as without it."""
+    memo = memo if memo is not None else Memo()
     reasons: dict[str, Why] = {}
     messages: dict[str, str] = {}
-    per_address = _l2_holders(snapshot, reasons, messages)
-    node = snapshot.nodes.get(me)
+    per_address = _l2_holders(snapshot, reasons, messages, memo)
+    myself = memo.l2_myself(snapshot, me, interfaces)
+    kept = memo.addresses
+    fresh: dict[addresses.IPAddress, _AddressVerdict] = {}
     owners: dict[addresses.IPAddress, str | None] = {}
     mine: list[L2Address] = []
     unannounceable: list[L2Address] = []
-    for ip in sorted(per_address, key=_address_order):
+    for ip in memo.address_order(per_address):
         holders, keys = per_address[ip]
-        cands, scores = _merged(candidacy for _, candidacy in holders)
-        # Services sharing an address but listing different first addresses (MetalLB would
-        # elect each on its own and may get two announcers): the smallest key decides, the
-        # same on every node, so an address always has one owner.
-        owner = _owner(str(min(keys, key=_address_order)), cands, tuple(sorted(scores.items())))
-        owners[ip] = owner
-        if owner != me or node is None:
-            _why_not_mine(snapshot, me, owner, holders, reasons, messages)
-            continue
-        my_ads = [
-            ad
-            for _, candidacy in holders
-            for ad in candidacy.ads
-            if _selects_node(ad.node_selectors, node)
-        ]
-        entry = L2Address(
-            address=ip,
-            interfaces=_interfaces(my_ads),
-            services=tuple(sorted({service.key for service, _ in holders})),
-        )
-        if _answers(entry.interfaces, interfaces):
-            mine.append(entry)
-            continue
-        # MetalLB elects without looking at interfaces, so the address stays here, unanswered,
-        # as it does there; every node computes the same owner from the same inputs.
-        unannounceable.append(entry)
-        for key in entry.services:
-            reasons.setdefault(key, Reason.INTERFACE_MISSING)
-            messages.setdefault(key, _missing_message(entry.interfaces, interfaces or frozenset()))
+        verdict = kept.get(ip)
+        if verdict is None or not verdict.still(holders, myself):
+            verdict = _address_verdict(snapshot, me, interfaces, ip, holders, keys, myself)
+        fresh[ip] = verdict
+        owners[ip] = verdict.owner
+        if verdict.mine is not None:
+            mine.append(verdict.mine)
+        if verdict.unannounceable is not None:
+            unannounceable.append(verdict.unannounceable)
+        # The first address's reason stands for a Service (addresses in order, as before).
+        for key, why, message in verdict.reasons:
+            if key not in reasons:
+                reasons[key], messages[key] = why, message
+    memo.addresses = fresh
     # A Service announced for at least one of its addresses has no reason to report.
     for entry in mine:
         for key in entry.services:
             reasons.pop(key, None)
             messages.pop(key, None)
     return L2Plan(tuple(mine), owners, reasons, messages, tuple(unannounceable))
+
+
+def _address_verdict(
+    snapshot: Snapshot,
+    me: model.NodeName,
+    interfaces: frozenset[str] | None,
+    ip: addresses.IPAddress,
+    holders: list[tuple[Service, _L2Candidacy]],
+    keys: set[addresses.IPAddress],
+    myself: _Myself,
+) -> _AddressVerdict:
+    """One address's owner and what it means for this node: announced, elected but
+    unanswerable here (and why), or why not (`_why_not_mine`)."""
+    cands, scores = _merged(candidacy for _, candidacy in holders)
+    # Services sharing an address but listing different first addresses (MetalLB would
+    # elect each on its own and may get two announcers): the smallest key decides, the
+    # same on every node, so an address always has one owner.
+    owner = _owner(str(min(keys, key=_address_order)), cands, tuple(sorted(scores.items())))
+    node = snapshot.nodes.get(me)
+    holding = tuple(holders)
+    if owner != me or node is None:
+        why: dict[str, Why] = {}
+        words: dict[str, str] = {}
+        _why_not_mine(snapshot, me, owner, holders, why, words)
+        found = tuple((key, reason, words[key]) for key, reason in why.items())
+        return _AddressVerdict(holding, myself, owner, None, None, found)
+    my_ads = [
+        ad
+        for _, candidacy in holders
+        for ad in candidacy.ads
+        if _selects_node(ad.node_selectors, node)
+    ]
+    entry = L2Address(
+        address=ip,
+        interfaces=_interfaces(my_ads),
+        services=tuple(sorted({service.key for service, _ in holders})),
+    )
+    if _answers(entry.interfaces, interfaces):
+        return _AddressVerdict(holding, myself, owner, entry, None, ())
+    # MetalLB elects without looking at interfaces, so the address stays here, unanswered,
+    # as it does there; every node computes the same owner from the same inputs.
+    message = _missing_message(entry.interfaces, interfaces or frozenset())
+    missing = tuple((key, Reason.INTERFACE_MISSING, message) for key in entry.services)
+    return _AddressVerdict(holding, myself, owner, None, entry, missing)
 
 
 def _answers(wanted: tuple[str, ...], present: frozenset[str] | None) -> bool:
@@ -754,17 +817,171 @@ def bgp_decision(
     return found.reason if isinstance(found, NodeVerdict) else found
 
 
-def bgp_plan(snapshot: Snapshot, me: model.NodeName) -> BGPPlan:
+def bgp_plan(snapshot: Snapshot, me: model.NodeName, memo: Memo | None = None) -> BGPPlan:
+    """What this node announces over BGP, and why not the rest. With `memo` (one per speaker),
+    a Service whose object is the one the previous pass judged keeps its verdict while the
+    configuration and this node's view of itself are as they were; the plan is the same."""
+    memo = memo if memo is not None else Memo()
     mine: list[BGPService] = []
     reasons: dict[str, Why] = {}
     messages: dict[str, str] = {}
+    kept = memo.bgp_verdicts if memo.bgp_myself(snapshot, me) else {}
+    fresh: dict[str, tuple[Service, _BGPVerdict]] = {}
     per_pool: dict[str, tuple[model.BGPAdvertisement, ...]] = {}
     for service in snapshot.services:
-        found = _bgp_verdict(snapshot, service, me, per_pool)
+        before = kept.get(service.key)
+        if before is not None and before[0] is service:
+            found = before[1]
+        else:
+            found = _bgp_verdict(snapshot, service, me, per_pool)
+        fresh[service.key] = (service, found)
         if isinstance(found, NodeVerdict):
             reasons[service.key], messages[service.key] = found.reason, found.message
         elif isinstance(found, Reason):
             reasons[service.key], messages[service.key] = found, _BGP_MESSAGES[found]
         else:
             mine.append(BGPService(service.key, service.ips, found))
+    memo.bgp_verdicts = fresh
     return BGPPlan(tuple(mine), reasons, messages)
+
+
+_BGPVerdict = tuple[model.BGPAdvertisement, ...] | Reason | NodeVerdict
+
+
+# --- what passes remember -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _L2Entry:
+    """A Service's layer 2 candidacy (or the reason it has none), with what it was read from
+    beyond the configuration and the nodes' selection."""
+
+    service: Service
+    unready: frozenset[str]
+    candidacy: _L2Candidacy | Reason
+
+    def still(self, service: Service, unready: frozenset[str], changed: frozenset[int]) -> bool:
+        """Whether it holds for this pass: the same Service object (the store keeps one until
+        the Service or its EndpointSlices change), the same nodes not ready for it, and none of
+        its advertisements selecting other nodes (`changed`: their identities)."""
+        if service is not self.service or unready != self.unready:
+            return False
+        candidacy = self.candidacy
+        return isinstance(candidacy, Reason) or all(id(ad) not in changed for ad in candidacy.ads)
+
+
+@dataclass(frozen=True, slots=True)
+class _Myself:
+    """What this node's verdicts on addresses read of the node itself: which advertisements
+    select it, its own checks, its data path, the interfaces answering here."""
+
+    present: bool
+    selected_by: tuple[bool, ...]
+    own: NodeVerdict | None
+    readiness: datapath.NodeReadiness | None
+    interfaces: frozenset[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _AddressVerdict:
+    holders: tuple[tuple[Service, _L2Candidacy], ...]
+    myself: _Myself
+    owner: str | None
+    mine: L2Address | None
+    unannounceable: L2Address | None
+    reasons: tuple[tuple[str, Why, str], ...]
+
+    def still(self, holders: list[tuple[Service, _L2Candidacy]], myself: _Myself) -> bool:
+        """The same Services holding the address with the same candidacy objects, and this
+        node as it was."""
+        return (
+            len(holders) == len(self.holders)
+            and all(s is t and c is d for (s, c), (t, d) in zip(holders, self.holders, strict=True))
+            and myself == self.myself
+        )
+
+
+class Memo:
+    """What one speaker's passes remember of the previous one, so that a pass costs what
+    changed, not what the cluster holds: each answer is kept with what it was computed from
+    (Service objects by identity, the configuration by identity, which nodes each advertisement
+    selects and this node's view of itself by equality) and used again only while those are
+    the same. A plan with a memo equals the plan without one (a property test pins it).
+
+    One per speaker, used by one pass at a time: the memo for a hypothetical snapshot (such as
+    `Agent._announce_again`'s, with every member alive) is a fresh one."""
+
+    def __init__(self) -> None:
+        self._config: model.Config | None = None
+        self._l2_selections: tuple[frozenset[tuple[str, int]], ...] = ()
+        self.candidacies: dict[str, _L2Entry] = {}
+        self.addresses: dict[addresses.IPAddress, _AddressVerdict] = {}
+        self._order: tuple[addresses.IPAddress, ...] = ()
+        self._bgp_myself: tuple[object, ...] | None = None
+        self.bgp_verdicts: dict[str, tuple[Service, _BGPVerdict]] = {}
+
+    def _same_config(self, config: model.Config) -> bool:
+        if config is self._config:
+            return True
+        self._config = config
+        self.candidacies, self.addresses, self.bgp_verdicts = {}, {}, {}
+        self._l2_selections, self._bgp_myself = (), None
+        return False
+
+    def l2_selections(self, snapshot: Snapshot, electorate: _Electorate) -> frozenset[int]:
+        """The L2Advertisements (identities) that select other usable nodes, or give them
+        other preference weights, than in the previous pass: the candidacies they gave are
+        judged again. Every one, with another configuration."""
+        same = self._same_config(snapshot.config)
+        now = tuple(electorate.selection(ad) for ad in snapshot.config.l2_advertisements)
+        before, self._l2_selections = self._l2_selections, now
+        ads = snapshot.config.l2_advertisements
+        if not same or len(before) != len(now):
+            return frozenset(id(ad) for ad in ads)
+        return frozenset(id(ad) for ad, b, n in zip(ads, before, now, strict=True) if b != n)
+
+    def l2_myself(self, snapshot: Snapshot, me: str, interfaces: frozenset[str] | None) -> _Myself:
+        node = snapshot.nodes.get(me)
+        if node is None:
+            return _Myself(False, (), None, snapshot.readiness.get(me), interfaces)
+        labels = model.label_map(node.labels)
+        return _Myself(
+            True,
+            tuple(
+                selectors.any_matches(ad.node_selectors, labels)
+                for ad in snapshot.config.l2_advertisements
+            ),
+            _own_verdict(snapshot, node, Mode.LAYER2),
+            snapshot.readiness.get(me),
+            interfaces,
+        )
+
+    def address_order(
+        self, per_address: Mapping[addresses.IPAddress, object]
+    ) -> tuple[addresses.IPAddress, ...]:
+        """The addresses in `_address_order`, sorted again only when they changed."""
+        if len(per_address) != len(self._order) or any(ip not in per_address for ip in self._order):
+            self._order = tuple(sorted(per_address, key=_address_order))
+        return self._order
+
+    def bgp_myself(self, snapshot: Snapshot, me: str) -> bool:
+        """Whether the BGP verdicts kept still hold as far as this node goes: the same
+        configuration, the same BGPAdvertisements selecting it, its own checks and data path
+        as they were."""
+        same = self._same_config(snapshot.config)
+        node = snapshot.nodes.get(me)
+        now: tuple[object, ...]
+        if node is None:
+            now = (None, snapshot.readiness.get(me))
+        else:
+            labels = model.label_map(node.labels)
+            now = (
+                tuple(
+                    selectors.any_matches(ad.node_selectors, labels)
+                    for ad in snapshot.config.bgp_advertisements
+                ),
+                _own_verdict(snapshot, node, Mode.BGP),
+                snapshot.readiness.get(me),
+            )
+        before, self._bgp_myself = self._bgp_myself, now
+        return same and before == now
