@@ -248,6 +248,12 @@ class Store:
     config_version: int = 0
     _slices_of: dict[str, set[str]] = field(default_factory=dict)  # Service key -> slice keys
     _views: dict[str, desired.Service | None] = field(default_factory=dict)
+    # `ours`: (lb_class, every view of ours in key order), until a Service or slice changes.
+    _ours: tuple[str, tuple[desired.Service, ...]] | None = None
+    # `node_views`: each Node's view with the object it was read from, and the whole mapping
+    # (with its drain_on_cordon) until a Node changes.
+    _node_views: dict[str, tuple[Object, bool, desired.Node]] = field(default_factory=dict)
+    _nodes_seen: tuple[bool, Mapping[str, desired.Node]] | None = None
     _config_memo: _ConfigMemo | None = None
 
     def put(self, kind: str, event_type: str | None, obj: Object) -> bool:
@@ -264,11 +270,16 @@ class Store:
             new = slim(kind, obj)
             table[key] = new
         if kind == "Service":
-            self._views.pop(key, None)
+            self._forget_view(key)
             return not _same(old, new)
         if kind == "EndpointSlice":
             return self._slice_moved(key, old, new)
-        if kind in ("Node", PREDECESSOR):
+        if kind == "Node":
+            if _same(old, new):
+                return False
+            self._nodes_seen = None
+            return True
+        if kind == PREDECESSOR:
             return not _same(old, new)
         if kind in STATUS_KINDS:
             if _same_status(old, new):
@@ -308,6 +319,41 @@ class Store:
             self._views[key] = service_view(self.services[key], slices)
         return self._views[key]
 
+    def ours(self, lb_class: str) -> tuple[desired.Service, ...]:
+        """The views of every Service of ours (`services.ours`) that has one, in key order;
+        the same tuple until a Service or an EndpointSlice changes (a pass then costs what
+        changed: `desired.Memo` knows an unchanged Service by its view's identity)."""
+        if self._ours is None or self._ours[0] != lb_class:
+            found = []
+            for key in sorted(self.services):
+                if not services.ours(self.services[key], lb_class):
+                    continue
+                view = self.view(key)
+                if view is not None:
+                    found.append(view)
+            self._ours = (lb_class, tuple(found))
+        return self._ours[1]
+
+    def node_views(self, drain_on_cordon: bool) -> Mapping[str, desired.Node]:
+        """Every Node's view by name; the same mapping until a Node changes, and only the
+        Nodes that changed read again."""
+        if self._nodes_seen is not None and self._nodes_seen[0] == drain_on_cordon:
+            return self._nodes_seen[1]
+        kept, fresh = self._node_views, {}
+        views: dict[str, desired.Node] = {}
+        for key, obj in self.nodes.items():
+            before = kept.get(key)
+            if before is not None and before[0] is obj and before[1] == drain_on_cordon:
+                view = before[2]
+            else:
+                view = node_view(obj, drain_on_cordon)
+            fresh[key] = (obj, drain_on_cordon, view)
+            if view.name:
+                views[view.name] = view
+        self._node_views = fresh
+        self._nodes_seen = (drain_on_cordon, views)
+        return views
+
     def parsed_config(
         self, namespace: str, last_good: model.Config | None
     ) -> tuple[model.Config, list[Problem]]:
@@ -342,11 +388,15 @@ class Store:
         before, after = _owner(old), _owner(new)
         if before is not None:
             self._slices_of.get(before, set()).discard(key)
-            self._views.pop(before, None)
+            self._forget_view(before)
         if after is not None:
             self._slices_of.setdefault(after, set()).add(key)
-            self._views.pop(after, None)
+            self._forget_view(after)
         return not _same(old, new)
+
+    def _forget_view(self, key: str) -> None:
+        self._views.pop(key, None)
+        self._ours = None
 
     def _concerns_us(self, obj: Object | None) -> bool:
         if obj is None:
@@ -533,20 +583,12 @@ def build(
 ) -> tuple[desired.Snapshot, list[Problem]]:
     """The whole snapshot; `alive` None means membership is off: Node Ready decides."""
     config, problems = store.parsed_config(namespace, last_good)
-    views = []
-    for key in sorted(store.services):
-        if not services.ours(store.services[key], lb_class):
-            continue
-        view = store.view(key)
-        if view is not None:
-            views.append(view)
-    nodes = {
-        v.name: v for v in (node_view(n, drain_on_cordon) for n in store.nodes.values()) if v.name
-    }
+    views = store.ours(lb_class)
+    nodes = store.node_views(drain_on_cordon)
     live = ready_nodes(store.nodes.values()) if alive is None else alive
     snap = desired.Snapshot(
         config=config,
-        services=tuple(views),
+        services=views,
         nodes=nodes,
         alive=live,
         ignore_exclude_lb=ignore_exclude_lb,

@@ -201,6 +201,14 @@ operations = st.lists(
         ),
         st.tuples(st.just("delete-service"), st.sampled_from(NAMES)),
         st.tuples(st.just("delete-slice"), st.sampled_from(("s1", "s2", "s3"))),
+        st.tuples(
+            st.just("Node"),
+            st.sampled_from(NODES),
+            st.sampled_from(("", "a", "b")),
+            st.booleans(),
+            st.booleans(),
+        ),
+        st.tuples(st.just("delete-node"), st.sampled_from(NODES)),
     ),
     max_size=25,
 )
@@ -217,6 +225,14 @@ def _object(op: tuple[Any, ...]) -> tuple[str, str | None, dict[str, Any]]:
         return "EndpointSlice", None, obj
     if op[0] == "delete-service":
         return "Service", "DELETED", service(op[1])
+    if op[0] == "Node":
+        _, name, zone, unavailable, cordoned = op
+        obj = node(name, network_unavailable=unavailable)
+        obj["metadata"]["labels"]["zone"] = zone
+        obj["spec"] = {"unschedulable": cordoned}
+        return "Node", None, obj
+    if op[0] == "delete-node":
+        return "Node", "DELETED", node(op[1])
     obj = endpoint_slice("a")
     obj["metadata"]["name"] = op[1]
     return "EndpointSlice", "DELETED", obj
@@ -225,15 +241,47 @@ def _object(op: tuple[Any, ...]) -> tuple[str, str | None, dict[str, Any]]:
 @settings(max_examples=300)
 @given(operations)
 def test_remembered_views_match_a_fresh_store(ops: list[tuple[Any, ...]]) -> None:
-    live = snapshot.Store()
+    live, cordoning = snapshot.Store(), snapshot.Store()
     latest: dict[tuple[str, str], dict[str, Any] | None] = {}
     for op in ops:
         kind, event, obj = _object(op)
         live.put(kind, event, obj)
+        cordoning.put(kind, event, copy.deepcopy(obj))
         latest[(kind, services.key(obj))] = None if event == "DELETED" else obj
-        build(live)  # interleave passes so that views are remembered between events
+        # Interleave passes so that views are remembered between events.
+        build(live)
+        cordon_drains(cordoning)
     fresh = snapshot.Store()
-    for (kind, _), obj in sorted(latest.items()):
-        if obj is not None:
-            fresh.put(kind, None, obj)
+    for (kind, _), kept in sorted(latest.items()):
+        if kept is not None:
+            fresh.put(kind, None, kept)
     assert build(live) == build(fresh)
+    assert cordon_drains(cordoning) == cordon_drains(fresh)
+
+
+def cordon_drains(store: snapshot.Store) -> Any:
+    return snapshot.build(store, namespace=NS, alive=None, drain_on_cordon=True)
+
+
+def test_passes_get_one_tuple_of_services_and_one_mapping_of_nodes_while_nothing_changes() -> None:
+    """What `desired.Memo` knows unchanged inputs by: the same objects from pass to pass, new
+    ones only for what changed."""
+    store = snapshot.Store()
+    for obj in (service("a", ips=("10.250.0.200",)), service("b", ips=("10.250.0.201",))):
+        store.put("Service", None, obj)
+    for name in NODES:
+        store.put("Node", None, node(name))
+    first, _ = build(store)
+    again, _ = build(store)
+    assert again.services is first.services and again.nodes is first.nodes
+    store.put("Node", None, node("n1"))  # the same Node again: nothing a pass reads changed
+    store.put("Service", None, service("b", ips=("10.250.0.202",)))
+    changed, _ = build(store)
+    assert changed.nodes is first.nodes
+    assert changed.services is not first.services
+    assert changed.services[0] is first.services[0] and changed.services[1] != first.services[1]
+    store.put("Node", None, node("n2", network_unavailable=True))
+    moved, _ = build(store)
+    assert moved.nodes is not first.nodes and moved.nodes["n2"].network_unavailable
+    # Only the Nodes whose objects were replaced are read again.
+    assert moved.nodes["n3"] is first.nodes["n3"] and moved.services is changed.services
