@@ -25,8 +25,13 @@ them pending. At t0 the two pools are created (one request), and then:
   `speaker_hwm_mb`: the largest speaker's VmHWM (its peak);
 * after the idle window, what one change costs a speaker, from its own
   `ironlb_speaker_pass_seconds` (the change of its sum over the change of its count, the
-  busiest node): `speaker_pass_one_change_s` after a label set on one Service, five times 2 s
-  apart; `speaker_pass_full_s` after one on a lab Node (every Service is judged anew);
+  busiest node), and the same from `ironlb_speaker_pass_cpu_seconds` (`..._cpu_s`: the wall
+  time includes waiting for a core while kube-proxy, the controller and the other speakers
+  take up the same change): `speaker_pass_one_change_s` after a label set on one Service, five
+  times 2 s apart; `speaker_pass_node_change_s` after one on a lab Node (a label no
+  advertisement reads: nothing is judged anew); `speaker_pass_full_s` after the
+  L2Advertisement's configuration changed but not what it selects (every Service is judged
+  anew);
 * `status_floor_s`: a bare client writing the status objects the speakers wrote (each created,
   then its status set: the speakers' two requests), as three writers of the speakers'
   concurrency each, into a scratch namespace of the same apiserver, in the same run; and
@@ -367,17 +372,17 @@ class Watch:
         self.thread.join(5)
 
 
-PASS_SUM = re.compile(r"^ironlb_speaker_pass_seconds_sum (\S+)$", re.MULTILINE)
-PASS_COUNT = re.compile(r"^ironlb_speaker_pass_seconds_count (\S+)$", re.MULTILINE)
+PASS_METRIC = "ironlb_speaker_pass_seconds"
+PASS_CPU_METRIC = "ironlb_speaker_pass_cpu_seconds"
 PASS_CHANGES, PASS_SPACING_S = 5, 2.0
 FLOOR_NS = "bench-scale-floor"
 FLOOR_WRITERS, FLOOR_CONCURRENCY = 3, 8  # the speakers, and each one's status writer
 
 
-def pass_totals(metrics: str | None) -> tuple[float, float] | None:
-    """(seconds, passes) so far, from a speaker's /metrics."""
-    total = PASS_SUM.search(metrics or "")
-    count = PASS_COUNT.search(metrics or "")
+def pass_totals(metrics: str | None, name: str = PASS_METRIC) -> tuple[float, float] | None:
+    """(seconds, passes) so far of one of a speaker's pass histograms, from its /metrics."""
+    total = re.search(rf"^{name}_sum (\S+)$", metrics or "", re.MULTILINE)
+    count = re.search(rf"^{name}_count (\S+)$", metrics or "", re.MULTILINE)
     return (float(total.group(1)), float(count.group(1))) if total and count else None
 
 
@@ -394,14 +399,33 @@ def mean_pass_s(
     return round(max(means), 4) if means else None
 
 
-def pass_cost(lab: network_lab.Lab, change: Callable[[int], object]) -> float | None:
-    """Mean speaker pass over PASS_CHANGES changes made PASS_SPACING_S apart."""
-    before = {i: pass_totals(m) for i, m in hitless.speaker_metrics(lab).items()}
+def pass_cost(
+    lab: network_lab.Lab, change: Callable[[int], object]
+) -> tuple[float | None, float | None]:
+    """Mean speaker pass over PASS_CHANGES changes made PASS_SPACING_S apart: (wall, CPU)."""
+
+    def totals() -> dict[str, dict[int, tuple[float, float] | None]]:
+        found = hitless.speaker_metrics(lab)
+        return {
+            metric: {i: pass_totals(m, metric) for i, m in found.items()}
+            for metric in (PASS_METRIC, PASS_CPU_METRIC)
+        }
+
+    before = totals()
     for k in range(PASS_CHANGES):
         change(k)
         time.sleep(PASS_SPACING_S)
-    after = {i: pass_totals(m) for i, m in hitless.speaker_metrics(lab).items()}
-    return mean_pass_s(before, after)
+    after = totals()
+    return (
+        mean_pass_s(before[PASS_METRIC], after[PASS_METRIC]),
+        mean_pass_s(before[PASS_CPU_METRIC], after[PASS_CPU_METRIC]),
+    )
+
+
+def every_node_selector(k: int) -> str:
+    """A patch of the L2Advertisement that changes the configuration but not what it selects:
+    every node, through an empty selector or through none (every Service is judged anew)."""
+    return json.dumps({"spec": {"nodeSelectors": [{}] if k % 2 == 0 else None}})
 
 
 def floor_objects(
@@ -815,21 +839,37 @@ def run(lab: network_lab.Lab, sizes: Sizes, r: dict[str, Any], phases: dict[str,
 
         # What one change costs a speaker, once idle.
         touched = sorted(want.l2_services | want.bgp_services)[0]
-        r["speaker_pass_one_change_s"] = pass_cost(
+        r["speaker_pass_one_change_s"], r["speaker_pass_one_change_cpu_s"] = pass_cost(
             lab,
             lambda k: lab.kubectl(
                 "label", "service", touched, "-n", APP_NS, f"bench-touch={k}", "--overwrite"
             ),
         )
-        r["speaker_pass_full_s"] = pass_cost(
+        r["speaker_pass_node_change_s"], r["speaker_pass_node_change_cpu_s"] = pass_cost(
             lab,
             lambda k: lab.kubectl(
                 "label", "node", lab.node_names[0], f"bench-touch={k}", "--overwrite"
             ),
         )
+        r["speaker_pass_full_s"], r["speaker_pass_full_cpu_s"] = pass_cost(
+            lab,
+            lambda k: lab.kubectl(
+                "patch",
+                "l2advertisement",
+                L2_POOL,
+                "-n",
+                objects.METALLB_NAMESPACE,
+                "--type=merge",
+                "-p",
+                every_node_selector(k),
+            ),
+        )
         say(
-            f"a pass after one Service changed: {r['speaker_pass_one_change_s']} s; "
-            f"after a Node changed: {r['speaker_pass_full_s']} s"
+            f"a pass after one Service changed: {r['speaker_pass_one_change_s']} s "
+            f"({r['speaker_pass_one_change_cpu_s']} s CPU); after a Node changed: "
+            f"{r['speaker_pass_node_change_s']} s ({r['speaker_pass_node_change_cpu_s']} s CPU); "
+            f"after the configuration changed: {r['speaker_pass_full_s']} s "
+            f"({r['speaker_pass_full_cpu_s']} s CPU)"
         )
 
         # The end state: exactly what should be there, nothing else.
@@ -978,7 +1018,11 @@ def summarise(
         "status_vs_floor": r.get("status_vs_floor"),
         "first_route_s": r.get("first_route_s"),
         "speaker_pass_one_change_s": r.get("speaker_pass_one_change_s"),
+        "speaker_pass_one_change_cpu_s": r.get("speaker_pass_one_change_cpu_s"),
+        "speaker_pass_node_change_s": r.get("speaker_pass_node_change_s"),
+        "speaker_pass_node_change_cpu_s": r.get("speaker_pass_node_change_cpu_s"),
         "speaker_pass_full_s": r.get("speaker_pass_full_s"),
+        "speaker_pass_full_cpu_s": r.get("speaker_pass_full_cpu_s"),
         "speaker_hwm_mb": r.get("speaker_hwm_mb"),
         "apiserver_requests_per_s_per_speaker": everything.get("mean"),
         "speaker_cpu_s_idle_per_min": r.get("speaker_cpu_s_idle_per_min"),

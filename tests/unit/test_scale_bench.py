@@ -183,6 +183,9 @@ def test_pass_totals_and_the_mean_pass_on_the_busiest_node() -> None:
     )
     assert scale.pass_totals(metrics) == (1.5, 4.0)
     assert scale.pass_totals(None) is None and scale.pass_totals("x 1\n") is None
+    cpu = metrics.replace("pass_seconds", "pass_cpu_seconds").replace("1.5", "0.25")
+    assert scale.pass_totals(metrics + cpu, scale.PASS_CPU_METRIC) == (0.25, 4.0)
+    assert scale.pass_totals(metrics + cpu) == (1.5, 4.0)
     before = {1: (1.0, 10.0), 2: (2.0, 10.0), 3: None}
     after = {1: (1.5, 15.0), 2: (3.0, 12.0), 3: (9.0, 20.0)}
     assert scale.mean_pass_s(before, after) == 0.5  # node 2: 1.0 s over 2 passes
