@@ -25,12 +25,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
 from speaker.membership import codec
+from speaker.membership.aead import AESGCM, InvalidTag, hkdf_sha256
 
 MODE_SEALED = 0x45  # 'E'
 MODE_PLAIN = 0x50  # 'P'
@@ -48,8 +44,7 @@ def derive_key(secret: bytes) -> bytes:
     """An AES-256 key from a Secret's bytes of any length (HKDF-SHA256)."""
     if not secret:
         raise ValueError("an empty secret is not a key")
-    hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"ironlb memberlist v1")
-    return hkdf.derive(secret)
+    return hkdf_sha256(secret, b"ironlb memberlist v1")
 
 
 def key_id(key: bytes) -> bytes:
