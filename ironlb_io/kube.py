@@ -1,4 +1,4 @@
-"""The one door to the Kubernetes API: a thin asyncio client over aiohttp.
+"""The one door to the Kubernetes API: a thin asyncio client (over `ironlb_io.http`).
 
 Every program uses it: the speaker and `ironlb status` for their lists and watches, the benches for
 their load. In the controller kopf owns the watch streams; everything else it says to the apiserver
@@ -16,6 +16,7 @@ talk to one server as one user.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import collections
 import datetime
@@ -30,8 +31,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 import yaml
+
+from ironlb_io import http
 
 # In-flight requests allowed at once. The bench's floor uses the same number (be honest).
 CONCURRENCY = 8
@@ -192,9 +194,9 @@ def load(kubeconfig: str | None) -> Credentials:
         raise
 
 
-def ssl_context(credentials: Credentials) -> ssl.SSLContext | bool:
+def ssl_context(credentials: Credentials) -> ssl.SSLContext | None:
     if not credentials.server.startswith("https"):
-        return False
+        return None
     context = ssl.create_default_context(cafile=credentials.ca_file)
     if credentials.insecure:
         context.check_hostname = False
@@ -273,29 +275,24 @@ class Client:
         self.concurrency = concurrency
         self.writes: collections.Counter[tuple[str, str]] = collections.Counter()
         self._on_write = on_write
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-        self._session: aiohttp.ClientSession | None = None
+        self._timeout_s = timeout_s
+        self._pool: http.Pool | None = None
 
-    def _open(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(
+    def _open(self) -> http.Pool:
+        if self._pool is None:
+            self._pool = http.Pool(
+                self.credentials.server,
+                ssl_context(self.credentials),
                 limit=self.concurrency,
-                ssl=ssl_context(self.credentials),
+                connect_timeout=REQUEST_TIMEOUT_S,
                 socket_factory=kept_alive_socket,
             )
-            self._session = aiohttp.ClientSession(
-                base_url=self.credentials.server,
-                connector=connector,
-                timeout=self._timeout,
-                # Lists of 10,000 Services are tens of megabytes; do not cap responses.
-                read_bufsize=2**20,
-            )
-        return self._session
+        return self._pool
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
 
     async def __aenter__(self) -> Client:
         return self
@@ -326,7 +323,7 @@ class Client:
         content_type: str = JSON,
         accept: str = JSON,
     ) -> Any:
-        session = self._open()
+        pool = self._open()
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         if method in ("POST", "PUT", "PATCH"):
             params = {**(params or {}), "fieldManager": self.field_manager}
@@ -336,29 +333,35 @@ class Client:
             if self._on_write is not None:
                 self._on_write(verb, resource_of(path))
         try:
-            async with session.request(
-                method,
-                path,
-                params=params,
-                data=data,
-                headers=self._headers(content_type if data is not None else None, accept),
-            ) as response:
+            async with (
+                asyncio.timeout(self._timeout_s),
+                pool.request(
+                    method,
+                    path,
+                    params=params,
+                    body=data,
+                    headers=self._headers(content_type if data is not None else None, accept),
+                ) as response,
+            ):
                 raw = await response.read()
                 if response.status >= 400:
                     raise _error(response.status, raw)
                 return json.loads(raw) if raw else None
-        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+        except http.FAILURES as e:
             raise _unavailable(f"{method} {path}", e) from e
 
     async def get_raw(self, path: str, limit: int) -> tuple[int, bytes]:
         """GET what is no Kubernetes object (a Pod's own HTTP port through the apiserver's
         proxy): the answer's status and at most `limit` bytes of its body, whatever the status.
         ApiError (status 0) only when no answer came."""
-        session = self._open()
+        pool = self._open()
         try:
-            async with session.get(path, headers=self._headers(None, "*/*")) as response:
-                return response.status, await response.content.read(limit)
-        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            async with (
+                asyncio.timeout(self._timeout_s),
+                pool.request("GET", path, headers=self._headers(None, "*/*")) as response,
+            ):
+                return response.status, await response.read_at_most(limit)
+        except http.FAILURES as e:
             raise _unavailable(f"GET {path}", e) from e
 
     async def get(
@@ -398,26 +401,23 @@ class Client:
         self, path: str, params: Mapping[str, str] | None = None
     ) -> AsyncIterator[Object]:
         """The events of one watch request, as they arrive (until the server ends it)."""
-        session = self._open()
+        pool = self._open()
         query = {**(params or {}), "watch": "true"}
         # A watch is silent at most until the server ends it (`timeoutSeconds`; bookmarks come
         # about once a minute before that). A connection silent for longer is dead without
         # having said so (no RST: a control-plane node gone, a NAT entry expired): without a
         # read timeout the watch would wait on it for ever and its kind's view would freeze.
         quiet_s = float(query.get("timeoutSeconds", WATCH_QUIET_S)) + WATCH_READ_SLACK_S
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=REQUEST_TIMEOUT_S, sock_read=quiet_s
-        )
         try:
-            async with session.get(
-                path, params=query, headers=self._headers(None), timeout=timeout
+            async with pool.request(
+                "GET", path, params=query, headers=self._headers(None), read_timeout=quiet_s
             ) as response:
                 if response.status >= 400:
                     raise _error(response.status, await response.read())
-                async for line in response.content:
+                async for line in response.lines():
                     if line.strip():
                         yield json.loads(line)
-        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+        except http.FAILURES as e:
             raise _unavailable(f"WATCH {path}", e) from e
 
     async def create(self, path: str, body: Object) -> Object:
@@ -459,7 +459,7 @@ def kept_alive_socket(addr_info: tuple[Any, ...]) -> socket.socket:
 def _unavailable(what: str, e: BaseException) -> ApiError:
     """No answer: the server is not there, or (reason `CertificateInvalid`) its certificate is
     not one we trust (wrong CA, expired, another name), which no retry alone will cure."""
-    if isinstance(e, aiohttp.ClientConnectorCertificateError | ssl.SSLCertVerificationError):
+    if isinstance(e, ssl.SSLCertVerificationError):
         return ApiError(0, CERTIFICATE_INVALID, f"{what}: the server's certificate: {e}")
     return ApiError(0, "Unavailable", f"{what}: {e!r}")
 

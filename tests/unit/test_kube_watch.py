@@ -67,11 +67,8 @@ async def test_connections_to_the_apiserver_probe_a_silent_peer(silent_server: s
     try:
         async with asyncio.timeout(10):
             async for _ in client.watch("/api/v1/services", {"timeoutSeconds": "300"}):
-                connector = client._open().connector
-                assert connector is not None
-                held = connector._acquired  # type: ignore[attr-defined]
-                for proto in held:
-                    sock = proto.transport.get_extra_info("socket")
+                for connection in client._open()._open:
+                    sock = connection.writer.get_extra_info("socket")
                     options.append(
                         (
                             sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
