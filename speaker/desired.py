@@ -872,14 +872,36 @@ class _L2Entry:
 
 @dataclass(frozen=True, slots=True)
 class _Myself:
-    """What this node's verdicts on addresses read of the node itself: which advertisements
-    select it, its own checks, its data path, the interfaces answering here."""
+    """What this node's kept verdicts (on addresses in layer 2, on Services in BGP) read of the
+    node itself: which advertisements of the mode select it, its own checks, its data path,
+    the interfaces answering here (layer 2; None in BGP)."""
 
     present: bool
     selected_by: tuple[bool, ...]
     own: NodeVerdict | None
     readiness: datapath.NodeReadiness | None
     interfaces: frozenset[str] | None
+
+
+def _myself(
+    snapshot: Snapshot,
+    me: str,
+    ads: Sequence[_Selecting],
+    mode: Mode,
+    interfaces: frozenset[str] | None,
+) -> _Myself:
+    """This node as the kept verdicts of one mode read it (`_Myself`)."""
+    node = snapshot.nodes.get(me)
+    if node is None:
+        return _Myself(False, (), None, snapshot.readiness.get(me), interfaces)
+    labels = model.label_map(node.labels)
+    return _Myself(
+        True,
+        tuple(selectors.any_matches(ad.node_selectors, labels) for ad in ads),
+        _own_verdict(snapshot, node, mode),
+        snapshot.readiness.get(me),
+        interfaces,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -917,7 +939,7 @@ class Memo:
         self.candidacies: dict[str, _L2Entry] = {}
         self.addresses: dict[addresses.IPAddress, _AddressVerdict] = {}
         self._order: tuple[addresses.IPAddress, ...] = ()
-        self._bgp_myself: tuple[object, ...] | None = None
+        self._bgp_myself: _Myself | None = None
         self.bgp_verdicts: dict[str, tuple[Service, _BGPVerdict]] = {}
 
     def _same_config(self, config: model.Config) -> bool:
@@ -941,20 +963,7 @@ class Memo:
         return frozenset(id(ad) for ad, b, n in zip(ads, before, now, strict=True) if b != n)
 
     def l2_myself(self, snapshot: Snapshot, me: str, interfaces: frozenset[str] | None) -> _Myself:
-        node = snapshot.nodes.get(me)
-        if node is None:
-            return _Myself(False, (), None, snapshot.readiness.get(me), interfaces)
-        labels = model.label_map(node.labels)
-        return _Myself(
-            True,
-            tuple(
-                selectors.any_matches(ad.node_selectors, labels)
-                for ad in snapshot.config.l2_advertisements
-            ),
-            _own_verdict(snapshot, node, Mode.LAYER2),
-            snapshot.readiness.get(me),
-            interfaces,
-        )
+        return _myself(snapshot, me, snapshot.config.l2_advertisements, Mode.LAYER2, interfaces)
 
     def address_order(
         self, per_address: Mapping[addresses.IPAddress, object]
@@ -969,19 +978,6 @@ class Memo:
         configuration, the same BGPAdvertisements selecting it, its own checks and data path
         as they were."""
         same = self._same_config(snapshot.config)
-        node = snapshot.nodes.get(me)
-        now: tuple[object, ...]
-        if node is None:
-            now = (None, snapshot.readiness.get(me))
-        else:
-            labels = model.label_map(node.labels)
-            now = (
-                tuple(
-                    selectors.any_matches(ad.node_selectors, labels)
-                    for ad in snapshot.config.bgp_advertisements
-                ),
-                _own_verdict(snapshot, node, Mode.BGP),
-                snapshot.readiness.get(me),
-            )
+        now = _myself(snapshot, me, snapshot.config.bgp_advertisements, Mode.BGP, None)
         before, self._bgp_myself = self._bgp_myself, now
         return same and before == now

@@ -227,7 +227,6 @@ class _ConfigMemo:
     key: tuple[int, str]  # config_version, namespace
     config: model.Config  # as parsed, the conflicting objects included
     problems: tuple[Problem, ...]
-    bad: frozenset[tuple[str, str]]  # (kind, name) of objects in conflict
     without: model.Config | None  # the parse without them (None: no conflict)
 
 
@@ -374,7 +373,6 @@ class Store:
                 (self.config_version, namespace),
                 config,
                 tuple(problems),
-                bad,
                 _without(config, bad) if bad else None,
             )
         return _kept(memo, last_good), list(memo.problems)
