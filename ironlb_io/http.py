@@ -252,8 +252,11 @@ class Pool:
                 if response._done and response._reusable and not _closes(response.headers):
                     self._idle.append(connection)
                 else:
-                    connection.close()
-                    self._open.discard(connection)
+                    self._drop(connection)
+
+    def _drop(self, connection: _Connection) -> None:
+        connection.close()
+        self._open.discard(connection)
 
     async def _send(
         self, message: bytes, method: str, read_timeout: float | None
@@ -267,21 +270,14 @@ class Pool:
                 connection.writer.write(message)
                 await connection.writer.drain()
                 head = await _wait(connection.reader.readuntil(b"\r\n\r\n"), read_timeout)
+                return _response(head, method, connection, read_timeout), connection
             except (asyncio.IncompleteReadError, ConnectionError) as e:
-                connection.close()
-                self._open.discard(connection)
+                self._drop(connection)
                 if reused and not getattr(e, "partial", b""):
                     continue
                 raise ProtocolError(f"the connection ended before an answer: {e!r}") from e
             except BaseException:
-                connection.close()
-                self._open.discard(connection)
-                raise
-            try:
-                return _response(head, method, connection, read_timeout), connection
-            except BaseException:
-                connection.close()
-                self._open.discard(connection)
+                self._drop(connection)
                 raise
 
 

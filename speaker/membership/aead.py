@@ -12,11 +12,14 @@ same time; ctypes lets go of the GIL during each OpenSSL call.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import hashlib
 import hmac
 import ssl
+from collections.abc import Iterator
+from typing import Any
 
 KEY_SIZE = 32
 TAG_SIZE = 16
@@ -87,29 +90,14 @@ class AESGCM:
 
     def encrypt(self, nonce: bytes, data: bytes, associated: bytes) -> bytes:
         """The ciphertext of `data` followed by its tag, which also covers `associated`."""
-        _check_nonce(nonce)
         out = ctypes.create_string_buffer(len(data) + TAG_SIZE)
-        ctx = _LIB.EVP_CIPHER_CTX_new()
-        if not ctx:
-            raise MemoryError("EVP_CIPHER_CTX_new")
-        try:
-            _ok(_LIB.EVP_EncryptInit_ex(ctx, _AES_256_GCM, None, None, None))
-            _ok(_LIB.EVP_CIPHER_CTX_ctrl(ctx, _SET_IVLEN, NONCE_SIZE, None))
-            _ok(_LIB.EVP_EncryptInit_ex(ctx, None, None, self._key, nonce))
-            written = ctypes.c_int(0)
-            if associated:
-                _ok(_LIB.EVP_EncryptUpdate(ctx, None, written, associated, len(associated)))
-            _ok(_LIB.EVP_EncryptUpdate(ctx, out, written, data, len(data)))
-            total = written.value
-            _ok(
-                _LIB.EVP_EncryptFinal_ex(
-                    ctx, ctypes.byref(out, total), ctypes.byref(written := ctypes.c_int(0))
-                )
-            )
-            total += written.value
+        begin, update = _LIB.EVP_EncryptInit_ex, _LIB.EVP_EncryptUpdate
+        with _started(begin, update, self._key, nonce, associated) as ctx:
+            written, last = ctypes.c_int(0), ctypes.c_int(0)
+            _ok(update(ctx, out, written, data, len(data)))
+            _ok(_LIB.EVP_EncryptFinal_ex(ctx, ctypes.byref(out, written.value), last))
+            total = written.value + last.value
             _ok(_LIB.EVP_CIPHER_CTX_ctrl(ctx, _GET_TAG, TAG_SIZE, ctypes.byref(out, total)))
-        finally:
-            _LIB.EVP_CIPHER_CTX_free(ctx)
         return out.raw[: total + TAG_SIZE]
 
     def decrypt(self, nonce: bytes, sealed: bytes, associated: bytes) -> bytes:
@@ -121,26 +109,34 @@ class AESGCM:
         body, tag = sealed[:-TAG_SIZE], sealed[-TAG_SIZE:]
         out = ctypes.create_string_buffer(max(len(body), 1))
         tag_buffer = ctypes.create_string_buffer(tag, TAG_SIZE)
-        ctx = _LIB.EVP_CIPHER_CTX_new()
-        if not ctx:
-            raise MemoryError("EVP_CIPHER_CTX_new")
-        try:
-            _ok(_LIB.EVP_DecryptInit_ex(ctx, _AES_256_GCM, None, None, None))
-            _ok(_LIB.EVP_CIPHER_CTX_ctrl(ctx, _SET_IVLEN, NONCE_SIZE, None))
-            _ok(_LIB.EVP_DecryptInit_ex(ctx, None, None, self._key, nonce))
-            written = ctypes.c_int(0)
-            if associated:
-                _ok(_LIB.EVP_DecryptUpdate(ctx, None, written, associated, len(associated)))
-            _ok(_LIB.EVP_DecryptUpdate(ctx, out, written, body, len(body)))
-            total = written.value
+        begin, update = _LIB.EVP_DecryptInit_ex, _LIB.EVP_DecryptUpdate
+        with _started(begin, update, self._key, nonce, associated) as ctx:
+            written, last = ctypes.c_int(0), ctypes.c_int(0)
+            _ok(update(ctx, out, written, body, len(body)))
             _ok(_LIB.EVP_CIPHER_CTX_ctrl(ctx, _SET_TAG, TAG_SIZE, tag_buffer))
-            last = ctypes.c_int(0)
-            if _LIB.EVP_DecryptFinal_ex(ctx, ctypes.byref(out, total), last) <= 0:
+            if _LIB.EVP_DecryptFinal_ex(ctx, ctypes.byref(out, written.value), last) <= 0:
                 raise InvalidTag
-            total += last.value
-        finally:
-            _LIB.EVP_CIPHER_CTX_free(ctx)
+            total = written.value + last.value
         return out.raw[:total]
+
+
+@contextlib.contextmanager
+def _started(init: Any, update: Any, key: bytes, nonce: bytes, associated: bytes) -> Iterator[int]:
+    """A fresh AES-256-GCM context for one operation (`init`/`update`: OpenSSL's Encrypt or
+    Decrypt functions), keyed, with its nonce and the associated data taken in; freed after."""
+    _check_nonce(nonce)
+    ctx = _LIB.EVP_CIPHER_CTX_new()
+    if not ctx:
+        raise MemoryError("EVP_CIPHER_CTX_new")
+    try:
+        _ok(init(ctx, _AES_256_GCM, None, None, None))
+        _ok(_LIB.EVP_CIPHER_CTX_ctrl(ctx, _SET_IVLEN, NONCE_SIZE, None))
+        _ok(init(ctx, None, None, key, nonce))
+        if associated:
+            _ok(update(ctx, None, ctypes.byref(ctypes.c_int(0)), associated, len(associated)))
+        yield ctx
+    finally:
+        _LIB.EVP_CIPHER_CTX_free(ctx)
 
 
 def _check_nonce(nonce: bytes) -> None:
