@@ -42,8 +42,15 @@ them pending. At t0 the two pools are created (one request), and then:
   to the end of the idle window; a watch counts once, when it starts. Also split into the
   converging part and the idle window. The apiserver's own `apiserver_request_total` has no
   client label, so it cannot tell the speakers from kube-proxy, kwok and the controller.
+* last, `l2_failover_p99_s` (and `l2_failover_median_s`, `l2_failover`): with every Service
+  still there, F times (`--failovers`, default 20; `--quick`: 6) the speaker owning a layer 2
+  address is SIGKILLed, one address owned by each node in turn, and the ToR's ARP witness
+  (as in bench.failover_l2: a request every 10 ms) times the fault to the successor's first
+  answer; the speaker is started again and owns the address again before the next. With six
+  trials the p99 is, in effect, the worst of them. `l2_failover_lost`: trials with no answer.
 
     python -m bench.scale [--quick] [--nodes N] [--services M] [--groups G] [--pods P] [--idle S]
+        [--failovers F]
 
 `--quick`: N = 100, M = 1,000, G = 1,000, P = 1 (the measured part takes under a minute; the
 lab's start-up, kwok's Nodes, the Pods and the Services before t0 are not measured and not
@@ -76,10 +83,13 @@ from pathlib import Path
 from typing import Any
 
 from bench import bgp as bgp_bench
+from bench import failover_l2
+from bench.figures import distribution
 from bench.session import Session
 from hack import deploy, hitless, kwok, objects, processes
 from hack import lab as network_lab
 from ironlb_io import kube
+from speaker import election
 
 NS = "metallb-system"
 APP_NS = "bench-scale"
@@ -422,6 +432,57 @@ def pass_cost(
     )
 
 
+def failover_vips(
+    planned: Sequence[Planned],
+    ingress: Mapping[str, str],
+    nodes: Sequence[str],
+) -> list[str]:
+    """One layer 2 address owned by each node (in `nodes`' order), for the failover trials: a
+    Cluster Service's (every node is a candidate, so its owner is the election's among all of
+    them), the first such Service in name order whose owner is that node. `ingress`: Service
+    name -> its address. A node that owns none of them is left out."""
+    owned: dict[str, str] = {}
+    for p in sorted(planned, key=lambda p: p.name):
+        address = ingress.get(p.name)
+        if p.mode != "l2" or p.local or address is None:
+            continue
+        owner = election.owner(address, list(nodes))
+        if owner is not None:
+            owned.setdefault(owner, address)
+    return [owned[n] for n in nodes if n in owned]
+
+
+def ingress_of(items: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Service name -> its first ingress address, from a Watch's snapshot."""
+    out = {}
+    for item in items.values():
+        found = (item.get("status") or {}).get("loadBalancer", {}).get("ingress") or []
+        if found and found[0].get("ip"):
+            out[item["metadata"]["name"]] = found[0]["ip"]
+    return out
+
+
+def l2_failovers(
+    lab: network_lab.Lab, deployment: deploy.Deployment, vips: Sequence[str], trials: int
+) -> tuple[list[float], int]:
+    """`trials` SIGKILLs of an address's owner, the addresses in turn (so each node's speaker
+    is killed as often as the others), each with the ToR's ARP witness (bench.failover_l2);
+    the seconds until the successor answered, and how many trials saw no answer."""
+    took: list[float] = []
+    lost = 0
+    for k in range(trials):
+        vip = vips[k % len(vips)]
+        # Killed and started again, a speaker lists 1,000 Services before it answers: a longer
+        # bound for its return than the bare lab's.
+        seconds = failover_l2.trial(lab, deployment, vip, "kill", back_timeout=120.0)
+        say(f"failover #{k + 1} ({vip}): {'lost' if seconds is None else f'{seconds:.3f} s'}")
+        if seconds is None:
+            lost += 1
+        else:
+            took.append(seconds)
+    return took, lost
+
+
 def every_node_selector(k: int) -> str:
     """A patch of the L2Advertisement that changes the configuration but not what it selects:
     every node, through an empty selector or through none (every Service is judged anew)."""
@@ -652,6 +713,7 @@ class Sizes:
     groups: int
     idle_s: float
     quick: bool
+    failovers: int
 
 
 def run(lab: network_lab.Lab, sizes: Sizes, r: dict[str, Any], phases: dict[str, float]) -> None:
@@ -930,6 +992,18 @@ def run(lab: network_lab.Lab, sizes: Sizes, r: dict[str, Any], phases: dict[str,
         say(f"status floor: {r['status_floor_s']} s ({r['status_vs_floor']}x)")
         del end_converging
         phase("measured")
+
+        # Last, as it restarts speakers (their memory and the end state are read above).
+        vips = failover_vips(planned, ingress_of(services.snapshot()), lab.node_names)
+        if not vips:
+            raise BenchError("no announced layer 2 address to fail over")
+        took, lost = l2_failovers(lab, deployment, vips, sizes.failovers)
+        spread = distribution(took)
+        r["l2_failover"] = spread
+        r["l2_failover_p99_s"] = spread["p99"]
+        r["l2_failover_median_s"] = spread["median"]
+        r["l2_failover_lost"] = lost
+        phase("failovers")
     finally:
         for watch in watches:
             watch.close()
@@ -951,6 +1025,9 @@ def main(argv: list[str] | None = None) -> int:
         "--groups", type=int, default=None, help="Pod groups the Services select (1,000)"
     )
     parser.add_argument("--idle", type=float, default=None, help="idle window, s (60; quick 15)")
+    parser.add_argument(
+        "--failovers", type=int, default=None, help="layer 2 owner kills (20; quick 6)"
+    )
     parser.add_argument("--logs", type=Path, default=None, help="copy the lab's logs here")
     args = parser.parse_args(argv)
     sizes = Sizes(
@@ -960,14 +1037,19 @@ def main(argv: list[str] | None = None) -> int:
         groups=args.groups or min(1000, args.services or (1000 if args.quick else 10000)),
         idle_s=args.idle or (15.0 if args.quick else 60.0),
         quick=args.quick,
+        failovers=args.failovers or (6 if args.quick else 20),
     )
     if (
         not 1 <= sizes.nodes <= 5000
         or not 1 <= sizes.services <= 20000
         or not 1 <= sizes.pods <= 10
         or not 1 <= sizes.groups <= sizes.services
+        or not 1 <= sizes.failovers <= 200
     ):
-        parser.error("--nodes 1..5000, --services 1..20000, --pods 1..10, --groups 1..services")
+        parser.error(
+            "--nodes 1..5000, --services 1..20000, --pods 1..10, --groups 1..services, "
+            "--failovers 1..200"
+        )
     signal.signal(signal.SIGTERM, processes.interrupt)
     r: dict[str, Any] = {}
     session = Session(say)
@@ -1024,6 +1106,7 @@ def summarise(
         "speaker_pass_full_s": r.get("speaker_pass_full_s"),
         "speaker_pass_full_cpu_s": r.get("speaker_pass_full_cpu_s"),
         "speaker_hwm_mb": r.get("speaker_hwm_mb"),
+        "l2_failover_p99_s": r.get("l2_failover_p99_s"),
         "apiserver_requests_per_s_per_speaker": everything.get("mean"),
         "speaker_cpu_s_idle_per_min": r.get("speaker_cpu_s_idle_per_min"),
         **{k: v for k, v in r.items() if k not in ("speaker_rss_mb", "controller_rss_mb")},

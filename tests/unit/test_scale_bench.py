@@ -201,3 +201,53 @@ def test_the_floor_writes_what_the_speakers_write() -> None:
     plural, obj, status = items[-1]
     assert plural == "servicebgpstatuses" and obj["metadata"]["namespace"] == scale.FLOOR_NS
     assert status["node"] == obj["metadata"]["labels"]["metallb.io/node"] == "node3"
+
+
+def test_failover_vips_give_one_cluster_l2_address_per_owner_in_node_order() -> None:
+    from speaker import election
+
+    nodes = ["node1", "node2", "node3"]
+    planned = scale.plan(200)
+    ingress = {p.name: f"10.246.0.{i + 1}" for i, p in enumerate(planned)}
+    vips = scale.failover_vips(planned, ingress, nodes)
+    assert [election.owner(v, nodes) for v in vips] == nodes
+    by_address = {ingress[p.name]: p for p in planned}
+    for vip in vips:
+        p = by_address[vip]
+        assert p.mode == "l2" and not p.local
+        # The first in name order that this owner owns.
+        earlier = [
+            q
+            for q in planned
+            if q.name < p.name
+            and q.mode == "l2"
+            and not q.local
+            and election.owner(ingress[q.name], nodes) == election.owner(vip, nodes)
+        ]
+        assert earlier == []
+
+
+def test_failover_vips_leave_out_what_has_no_address_or_is_not_a_cluster_l2_service() -> None:
+    nodes = ["node1", "node2"]
+    planned = [
+        scale.Planned("a", "bgp", False, "g1"),
+        scale.Planned("b", "l2", True, "g1"),
+        scale.Planned("c", "l2", False, "g1"),
+    ]
+    assert scale.failover_vips(planned, {"a": "10.0.0.1", "b": "10.0.0.2"}, nodes) == []
+    (only,) = scale.failover_vips(planned, {"c": "10.0.0.3"}, nodes)
+    assert only == "10.0.0.3"
+
+
+def test_ingress_of_reads_the_first_address_and_skips_services_without_one() -> None:
+    def svc(name: str, ingress: list[dict[str, str]] | None) -> dict[str, Any]:
+        status = {} if ingress is None else {"loadBalancer": {"ingress": ingress}}
+        return {"metadata": {"name": name}, "status": status}
+
+    items = {
+        "a": svc("a", [{"ip": "10.0.0.1"}, {"ip": "fd00::1"}]),
+        "b": svc("b", None),
+        "c": svc("c", [{"hostname": "x"}]),
+        "d": svc("d", []),
+    }
+    assert scale.ingress_of(items) == {"a": "10.0.0.1"}
