@@ -10,10 +10,10 @@ import logging
 from collections.abc import Iterable, Mapping
 
 import yaml
-from prometheus_client import registry as prom_registry
 
 from ironlb import model
 from ironlb.problems import Problem
+from ironlb_io import prometheus
 from speaker import bgp_intent, desired
 from speaker.bgp import exabgp, local_addresses, next_hops, routes, speaking
 from speaker.bgp import metrics as bgp_metrics
@@ -28,7 +28,7 @@ HANDOVER_WAIT_S = 1.0
 
 
 async def layer2(
-    registry: prom_registry.CollectorRegistry,
+    registry: prometheus.Registry,
     exclude: Iterable[str] = interfaces.DEFAULT_EXCLUDE,
     gratuitous_interval: float = 0.0,
 ) -> layer2_threaded.ThreadedLayer2:
@@ -44,7 +44,7 @@ async def layer2(
 class BGPApplier:
     """Peers and routes for `speaker.bgp.speaking.Speaker`, from this node's BGP plan."""
 
-    def __init__(self, node_name: str, registry: prom_registry.CollectorRegistry) -> None:
+    def __init__(self, node_name: str, registry: prometheus.Registry) -> None:
         self.speaker = speaking.Speaker(exabgp.Options(node_name=node_name))
         registry.register(bgp_metrics.Collector(self.speaker))
         self._problems: tuple[str, ...] = ()
@@ -129,5 +129,5 @@ def layer2_excludes(path: str) -> tuple[str, ...]:
     return patterns
 
 
-def bgp(node_name: str, registry: prom_registry.CollectorRegistry) -> BGPApplier:
+def bgp(node_name: str, registry: prometheus.Registry) -> BGPApplier:
     return BGPApplier(node_name, registry)

@@ -29,9 +29,8 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import prometheus_client
-
 from ironlb import datapath
+from ironlb_io import prometheus
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +110,7 @@ class Prober:
     recheck: float = RECHECK_S
     recheck_rate: float = RECHECK_PER_S
     fail_after: int = FAIL_AFTER
-    registry: prometheus_client.CollectorRegistry | None = None
+    registry: prometheus.Registry | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     node_ip: str | None = None
     proxy_ready: bool = False
@@ -124,13 +123,13 @@ class Prober:
     def __post_init__(self) -> None:
         if self.check == datapath.Check.ENDPOINTS:
             self.proxy_ready, self.message = True, "not checked (endpoints only)"
-        registry = self.registry or prometheus_client.CollectorRegistry()
-        self._ready_gauge = prometheus_client.Gauge(
+        registry = self.registry or prometheus.Registry()
+        self._ready_gauge = prometheus.Gauge(
             "ironlb_speaker_datapath_ready",
             "1 while this node's data path (kube-proxy) answers healthy",
             registry=registry,
         )
-        self._probes = prometheus_client.Counter(
+        self._probes = prometheus.Counter(
             "ironlb_speaker_datapath_probes",
             "Probes of kube-proxy sent by this speaker, by target and result",
             ["target", "result"],

@@ -26,10 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client import registry as prom_registry
-
 from ironlb import backoff
-from ironlb_io import retrying
+from ironlb_io import prometheus, retrying
 from speaker import seeds
 from speaker.membership import config as membership_config
 from speaker.membership import metrics as membership_metrics
@@ -73,7 +71,7 @@ class Membership:
     """What the agent needs (`changed`, `members()`, `leave()`), whatever is still missing."""
 
     settings: Settings
-    registry: prom_registry.CollectorRegistry
+    registry: prometheus.Registry
     lookup: seeds.Lookup = seeds.system_lookup
     new_backoff: Callable[[], backoff.Backoff] = backoff.Backoff
     rejoin_every: float = REJOIN_EVERY_S

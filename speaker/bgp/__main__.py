@@ -29,9 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
-
-from ironlb_io import logs
+from ironlb_io import logs, prometheus
 from speaker.bgp import exabgp, metrics, peers, routes, speaking
 
 
@@ -114,7 +112,7 @@ def announcement_from_json(raw: dict[str, Any]) -> routes.Announcement:
 class Driver:
     def __init__(self, options: exabgp.Options, bfd_port: int) -> None:
         self.speaker = speaking.Speaker(options, on_change=self._changed, bfd_port=bfd_port)
-        self.registry = CollectorRegistry()
+        self.registry = prometheus.Registry()
         self.registry.register(metrics.Collector(self.speaker))
         self.announcements: list[routes.Announcement] = []
         self._last_status: Any = None
@@ -155,7 +153,7 @@ class Driver:
         if "pids" in message:
             self.emit("pids", pids=self.speaker.process_ids())
         if "metrics" in message:
-            self.emit("metrics", text=generate_latest(self.registry).decode())
+            self.emit("metrics", text=self.registry.exposition().decode())
         if message.get("close"):
             self.restarting = bool(message.get("restarting", False))
             self.done.set()

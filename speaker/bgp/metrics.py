@@ -2,7 +2,7 @@
 
 Names and label values follow MetalLB: the native speaker's `metallb_bgp_*` with `peer` =
 `address:port`, and the FRR-mode `metallb_bfd_*` with `peer` = the peer's address. MetalLB's BFD
-counters carry no `_total` suffix; prometheus_client would add one to a counter, so they are
+counters carry no `_total` suffix; a counter is exposed with one, so they are
 exposed untyped to keep the names that dashboards and alerts already use.
 """
 
@@ -11,14 +11,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 
-from prometheus_client import registry as prom_registry
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    Metric,
-    UnknownMetricFamily,
-)
-
+from ironlb_io import prometheus
 from speaker.bgp import peers, speaking
 from speaker.bgp.bfd import packet as bfd_packet
 
@@ -33,27 +26,27 @@ def peer_label(peer: peers.Peer) -> str:
     return f"{host}:{peer.peer_port}"
 
 
-class Collector(prom_registry.Collector):
+class Collector:
     def __init__(self, speaker: speaking.Speaker) -> None:
         self._speaker = speaker
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[prometheus.Family]:
         states = self._speaker.session_states()
         configured = self._speaker.peers()
-        up = GaugeMetricFamily(
+        up = prometheus.GaugeFamily(
             "metallb_bgp_session_up", "BGP session state (1 is up, 0 is down)", labels=["peer"]
         )
-        announced = GaugeMetricFamily(
+        announced = prometheus.GaugeFamily(
             "metallb_bgp_announced_prefixes_total",
             "Number of prefixes currently being advertised on the BGP session",
             labels=["peer"],
         )
-        pending = GaugeMetricFamily(
+        pending = prometheus.GaugeFamily(
             "metallb_bgp_pending_prefixes_total",
             "Number of prefixes that should be advertised on the BGP session",
             labels=["peer"],
         )
-        updates = CounterMetricFamily(
+        updates = prometheus.CounterFamily(
             "metallb_bgp_updates_total",
             "Number of BGP UPDATE messages sent",
             labels=["peer"],
@@ -70,7 +63,7 @@ class Collector(prom_registry.Collector):
         yield updates
 
         sessions = self._speaker.bfd_sessions()
-        bfd_up = GaugeMetricFamily(
+        bfd_up = prometheus.GaugeFamily(
             "metallb_bfd_session_up", "BFD session state (1 is up, 0 is down)", labels=["peer"]
         )
         families = {
@@ -80,7 +73,7 @@ class Collector(prom_registry.Collector):
             "session_down_events": "Number of BFD session down events",
         }
         counters = {
-            key: UnknownMetricFamily(f"metallb_bfd_{key}", doc, labels=["peer"])
+            key: prometheus.UntypedFamily(f"metallb_bfd_{key}", doc, labels=["peer"])
             for key, doc in families.items()
         }
         for address, session in sorted(sessions.items()):
@@ -92,7 +85,7 @@ class Collector(prom_registry.Collector):
         yield bfd_up
         yield from counters.values()
         stats = self._speaker.bfd_stats()
-        yield CounterMetricFamily(
+        yield prometheus.CounterFamily(
             MALFORMED_BFD,
             "BFD control packets dropped because they do not decode (RFC 5880 6.8.6 checks)",
             value=stats.undecodable if stats else 0,

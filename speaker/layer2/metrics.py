@@ -5,7 +5,7 @@ The hot path only bumps integers in `Stats`; a collector turns them into metrics
 so several announcers (tests) can share a process, each on its own registry.
 
 The series carry MetalLB's exact names (`metallb_layer2_requests_received{ip="..."}`, no
-`_total`): prometheus_client appends `_total` to every counter, so they are exposed untyped,
+`_total`): a counter is exposed with `_total`, so they are exposed untyped,
 which PromQL's rate() and MetalLB's dashboards treat the same.
 """
 
@@ -15,8 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client import registry as prom_registry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from ironlb_io import prometheus
 
 REQUESTS_RECEIVED = "metallb_layer2_requests_received"
 RESPONSES_SENT = "metallb_layer2_responses_sent"
@@ -42,11 +41,11 @@ class Stats:
     conflicting: tuple[tuple[str, str], ...] = ()
 
 
-class Collector(prom_registry.Collector):
+class Collector:
     def __init__(self, stats: Stats) -> None:
         self._stats = stats
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[prometheus.Family]:
         for name, doc, counts in (
             (
                 REQUESTS_RECEIVED,
@@ -60,16 +59,16 @@ class Collector(prom_registry.Collector):
                 self._stats.gratuitous_sent,
             ),
         ):
-            metric = Metric(name, doc, "unknown")
+            metric = prometheus.UntypedFamily(name, doc, labels=["ip"])
             for ip, value in sorted(counts.items()):
-                metric.add_sample(name, {"ip": ip}, float(value))
+                metric.add_metric([ip], float(value))
             yield metric
-        yield CounterMetricFamily(
+        yield prometheus.CounterFamily(
             MALFORMED_FRAMES,
             "ARP / neighbour discovery frames dropped because they do not parse",
             value=self._stats.malformed,
         )
-        claims = CounterMetricFamily(
+        claims = prometheus.CounterFamily(
             ADDRESS_CONFLICTS,
             "Frames in which another machine claimed an address this node answers for",
             labels=["ip", "interface"],
@@ -77,7 +76,7 @@ class Collector(prom_registry.Collector):
         for (ip, interface), value in sorted(self._stats.address_conflicts.items()):
             claims.add_metric([ip, interface], float(value))
         yield claims
-        current = GaugeMetricFamily(
+        current = prometheus.GaugeFamily(
             ADDRESS_CONFLICT,
             "1 while another machine (mac) claims an address this node answers for",
             labels=["ip", "mac"],

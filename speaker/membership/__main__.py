@@ -16,7 +16,8 @@ import signal
 import sys
 from typing import Any
 
-from ironlb_io import logs
+from ironlb_io import logs, prometheus
+from speaker import health
 from speaker.membership import config as cfg
 from speaker.membership import events, machine, metrics, node
 
@@ -106,10 +107,9 @@ async def run(args: argparse.Namespace) -> int:
         drop_rate=args.drop_rate,
     )
     if args.metrics_port is not None:
-        from prometheus_client import exposition
-
-        metrics.register(member)
-        exposition.start_http_server(args.metrics_port, addr=args.metrics_host)
+        registry = prometheus.Registry()
+        metrics.register(member, registry)
+        health.Server(args.metrics_port, registry, lambda: (), host=args.metrics_host)
     await member.start()
     events.event(out, event="started", node=args.name, address=str(member.advertise))
     stop = asyncio.Event()

@@ -9,9 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import registry as prom_registry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
+from ironlb_io import prometheus
 from speaker.membership import messages as m
 
 if TYPE_CHECKING:
@@ -34,14 +32,14 @@ DROP_REASONS = (
 )
 
 
-class Collector(prom_registry.Collector):
+class Collector:
     def __init__(self, member: node_module.Node) -> None:
         self._member = member
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[prometheus.Family]:
         member = self._member
         stats = member.machine.stats
-        states = GaugeMetricFamily(
+        states = prometheus.GaugeFamily(
             PREFIX + "members", "Known members by state, this one included.", labels=["state"]
         )
         counts = dict.fromkeys(m.State, 0)
@@ -51,8 +49,8 @@ class Collector(prom_registry.Collector):
             states.add_metric([state.name.lower()], count)
         yield states
 
-        def counter(name: str, doc: str, value: int) -> CounterMetricFamily:
-            return CounterMetricFamily(PREFIX + name, doc, value=value)
+        def counter(name: str, doc: str, value: int) -> prometheus.CounterFamily:
+            return prometheus.CounterFamily(PREFIX + name, doc, value=value)
 
         yield counter("probes_sent", "Direct probes sent.", stats.probes_sent)
         yield counter(
@@ -64,7 +62,7 @@ class Collector(prom_registry.Collector):
         yield counter(
             "suspicions_raised", "Members this one started suspecting.", stats.suspicions_raised
         )
-        refuted = CounterMetricFamily(
+        refuted = prometheus.CounterFamily(
             PREFIX + "suspicions_refuted",
             "Suspicions ended by a refutation: of another member, or of this one by itself.",
             labels=["who"],
@@ -84,12 +82,12 @@ class Collector(prom_registry.Collector):
             "Private suspicions run out: the suspect asked once more before being declared dead.",
             stats.last_words,
         )
-        yield GaugeMetricFamily(
+        yield prometheus.GaugeFamily(
             PREFIX + "health_score",
             "Lifeguard local health (0 = healthy).",
             member.machine.awareness,
         )
-        dropped = CounterMetricFamily(
+        dropped = prometheus.CounterFamily(
             PREFIX + "datagrams_dropped", "Datagrams discarded, by reason.", labels=["reason"]
         )
         for reason in DROP_REASONS:
@@ -100,9 +98,7 @@ class Collector(prom_registry.Collector):
         yield counter("send_errors", "Datagrams the kernel refused to send.", member.send_errors)
 
 
-def register(
-    member: node_module.Node, registry: prom_registry.CollectorRegistry | None = None
-) -> Collector:
+def register(member: node_module.Node, registry: prometheus.Registry) -> Collector:
     collector = Collector(member)
-    (registry if registry is not None else prom_registry.REGISTRY).register(collector)
+    registry.register(collector)
     return collector

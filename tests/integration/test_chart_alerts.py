@@ -17,13 +17,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-import prometheus_client
 import pytest
 import yaml
 from prometheus_client import parser
 
 from controller import allocator
 from controller import metrics as controller_metrics
+from ironlb_io import prometheus
 from speaker import metrics as speaker_metrics
 from speaker.bgp import metrics as bgp_metrics
 from speaker.bgp import speaking
@@ -99,10 +99,10 @@ class _FakeSpeaker:
 
 
 def speaker_scrape() -> Samples:
-    registry = prometheus_client.CollectorRegistry()
+    registry = prometheus.Registry()
     registry.register(bgp_metrics.Collector(cast(speaking.Speaker, _FakeSpeaker())))
-    agent_text = prometheus_client.generate_latest(speaker_metrics.REGISTRY)
-    text = agent_text + prometheus_client.generate_latest(registry)
+    agent_text = speaker_metrics.REGISTRY.exposition()
+    text = agent_text + registry.exposition()
     return scraped(text.decode())
 
 

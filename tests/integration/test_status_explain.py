@@ -14,10 +14,10 @@ from typing import Any
 
 import kubernetes
 import pytest
-from prometheus_client import registry as prom_registry
 
 from ironlb_cli import __main__ as cli
 from ironlb_cli import schema
+from ironlb_io import prometheus
 from speaker import health
 
 pytestmark = pytest.mark.integration
@@ -108,7 +108,7 @@ def test_explain_reads_the_speakers_verdict_and_falls_back_to_the_api(
     def explain(service: str) -> Mapping[str, Any] | None:
         return verdict if service == key else None
 
-    speaker = health.Server(0, prom_registry.CollectorRegistry(), list, "127.0.0.1", explain)
+    speaker = health.Server(0, prometheus.Registry(), list, "127.0.0.1", explain)
     try:
         base = [
             "status",

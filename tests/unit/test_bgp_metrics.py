@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from prometheus_client import CollectorRegistry, generate_latest
-
+from ironlb_io import prometheus
 from speaker.bgp import metrics, peers, speaking
 
 
@@ -59,9 +58,9 @@ def test_pending_prefixes_are_the_wanted_set_and_announced_what_is_on_the_wire()
         },
         {"tor": peer("tor", "10.250.0.1"), "tor6": peer("tor6", "fd00:250::1")},
     )
-    registry = CollectorRegistry()
+    registry = prometheus.Registry()
     registry.register(metrics.Collector(speaker))  # type: ignore[arg-type]
-    text = generate_latest(registry).decode()
+    text = registry.exposition().decode()
     assert 'metallb_bgp_pending_prefixes_total{peer="10.250.0.1:179"} 1000.0' in text
     assert 'metallb_bgp_announced_prefixes_total{peer="10.250.0.1:179"} 400.0' in text
     assert 'metallb_bgp_pending_prefixes_total{peer="[fd00:250::1]:179"} 2.0' in text

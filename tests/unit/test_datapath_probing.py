@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
-import prometheus_client
 import pytest
 
 from ironlb import datapath
+from ironlb_io import prometheus
 from speaker import datapath_probing
 
 
@@ -54,7 +54,7 @@ def prober(server: Server, **kw: object) -> datapath_probing.Prober:
         healthz_url=f"http://{{node_ip}}:{server.port}/healthz",
         interval=0.02,
         timeout=0.5,
-        registry=prometheus_client.CollectorRegistry(),
+        registry=prometheus.Registry(),
         **kw,  # type: ignore[arg-type]
     )
 
@@ -98,7 +98,7 @@ async def test_refused_connection_is_not_ready(server: Server) -> None:
     p = datapath_probing.Prober(
         healthz_url="http://127.0.0.1:1/healthz",
         fail_after=1,
-        registry=prometheus_client.CollectorRegistry(),
+        registry=prometheus.Registry(),
     )
     await p._probe_proxy()
     assert not p.proxy_ready and "127.0.0.1:1" in p.message
@@ -133,9 +133,7 @@ async def test_probes_per_round_are_bounded_and_new_ones_go_first(server: Server
 
 
 def test_endpoints_mode_is_always_ready() -> None:
-    p = datapath_probing.Prober(
-        check=datapath.Check.ENDPOINTS, registry=prometheus_client.CollectorRegistry()
-    )
+    p = datapath_probing.Prober(check=datapath.Check.ENDPOINTS, registry=prometheus.Registry())
     p.set_targets("10.0.0.1", {"ns/a": 31000})
     assert p.readiness() == datapath.NodeReadiness(True)
 
@@ -211,8 +209,6 @@ async def test_verdicts_are_known_once_kube_proxy_and_every_local_service_answer
 
 
 def test_endpoints_mode_knows_its_verdicts_at_once() -> None:
-    p = datapath_probing.Prober(
-        check=datapath.Check.ENDPOINTS, registry=prometheus_client.CollectorRegistry()
-    )
+    p = datapath_probing.Prober(check=datapath.Check.ENDPOINTS, registry=prometheus.Registry())
     p.set_targets("127.0.0.1", {"ns/a": 30000})
     assert p.verdicts_known()

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import registry as prom_registry
 
 from ironlb_cli import __main__ as cli
 from ironlb_cli import explain_view as ev
 from ironlb_cli import render, schema
 from ironlb_cli import status_view as sv
+from ironlb_io import prometheus
 from speaker import health
 from tests.unit.test_status_view import MS, bgpstatus, l2ad, l2status, node, pool, svc
 
@@ -469,7 +469,7 @@ def test_explain_takes_one_namespace_and_name() -> None:
 
 def test_asking_a_speaker_over_http_reads_its_verdict_or_says_why_not() -> None:
     verdicts = {KEY: answer("node1", verdict("layer2", True))}
-    registry = prom_registry.CollectorRegistry()
+    registry = prometheus.Registry()
     speaker = health.Server(0, registry, list, "127.0.0.1", verdicts.get)
     older = health.Server(0, registry, list, "127.0.0.1")  # serves no verdicts
     try:

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import registry as prom_registry
 from scapy.contrib.bfd import BFD
 
+from ironlb_io import prometheus
 from speaker.bgp import exabgp, speaking
 from speaker.bgp import metrics as bgp_metrics
 from speaker.bgp.bfd import machine, transport
@@ -201,7 +201,7 @@ def test_valid_packets_round_trip_with_scapy(
 def test_malformed_packets_are_counted_in_the_metric(endpoint: transport.Endpoint) -> None:
     # The speaker's collector reads the endpoint it runs BFD on (no ExaBGP is started: no peer).
     speaker = speaking.Speaker(exabgp.Options(node_name="n1"))
-    registry = prom_registry.CollectorRegistry()
+    registry = prometheus.Registry()
     registry.register(bgp_metrics.Collector(speaker))
     name = "ironlb_speaker_malformed_bfd_packets_total"
     assert registry.get_sample_value(name) == 0.0  # exported before any BFD session exists

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry
 from scapy.layers.inet6 import (
     ICMPv6ND_NA,
     ICMPv6ND_NS,
@@ -27,6 +26,7 @@ from scapy.layers.inet6 import (
 )
 from scapy.layers.l2 import ARP, Ether
 
+from ironlb_io import prometheus
 from speaker.layer2 import announcing, metrics, packets, responding
 from tests.unit import fuzzing
 
@@ -253,7 +253,7 @@ def test_neighbor_discovery_frames_written_by_scapy(
 
 def test_malformed_frames_are_counted_in_the_metric() -> None:
     core, port = announcer()
-    registry = CollectorRegistry()
+    registry = prometheus.Registry()
     registry.register(metrics.Collector(core.stats))
     name = "ironlb_speaker_malformed_layer2_frames_total"
     solicitation = packets.neighbor_solicitation(

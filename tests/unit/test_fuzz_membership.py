@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import registry as prom_registry
 
+from ironlb_io import prometheus
 from speaker.membership import codec, metrics, node, sealing
 from speaker.membership import messages as m
 from tests.unit import fuzzing
@@ -183,7 +183,7 @@ def test_metadata_of_any_length_is_taken_by_the_rules_or_a_counted_drop(
 
 def test_malformed_datagrams_are_counted_in_the_metric(loop: asyncio.AbstractEventLoop) -> None:
     member = offline_node(loop)
-    registry = prom_registry.CollectorRegistry()
+    registry = prometheus.Registry()
     metrics.register(member, registry)
     sealer = sealing.Sealer(KEYS)
     member._on_datagram(sealer.seal(b"\x01\x01\x02\x00\x09garbage!!"), PEER)  # bad length

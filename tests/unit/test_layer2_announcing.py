@@ -9,8 +9,8 @@ import socket
 from dataclasses import dataclass, field
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 
+from ironlb_io import prometheus
 from speaker.layer2 import announcing, gratuitous, interfaces, metrics, packets, responding
 from tests.unit import fake_interfaces
 
@@ -242,9 +242,9 @@ def test_metrics_use_metallb_names_and_ip_labels() -> None:
     stats.requests_received["10.250.0.200"] += 3
     stats.responses_sent["10.250.0.200"] += 2
     stats.gratuitous_sent["fd00:250::200"] += 5
-    registry = CollectorRegistry()
+    registry = prometheus.Registry()
     registry.register(metrics.Collector(stats))
-    text = generate_latest(registry).decode()
+    text = registry.exposition().decode()
     assert 'metallb_layer2_requests_received{ip="10.250.0.200"} 3.0' in text
     assert 'metallb_layer2_responses_sent{ip="10.250.0.200"} 2.0' in text
     assert 'metallb_layer2_gratuitous_sent{ip="fd00:250::200"} 5.0' in text

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, generate_latest
 
-from ironlb_io import logs
+from ironlb_io import logs, prometheus
 from speaker.layer2 import announcing, conflicts, interfaces, metrics, packets, sockets
 from tests.unit import fake_interfaces, fuzzing
 
@@ -329,8 +328,8 @@ def announcer(
     return core, eth0, clock
 
 
-def scrape(stats: metrics.Stats) -> CollectorRegistry:
-    registry = CollectorRegistry()
+def scrape(stats: metrics.Stats) -> prometheus.Registry:
+    registry = prometheus.Registry()
     registry.register(metrics.Collector(stats))
     return registry
 
@@ -450,7 +449,7 @@ def test_metric_names_and_types() -> None:
     stats = metrics.Stats()
     stats.address_conflicts["10.250.0.200", "eth0"] += 3
     stats.conflicting = (("10.250.0.200", "02:00:0b:ad:00:01"),)
-    text = generate_latest(scrape(stats)).decode()
+    text = scrape(stats).exposition().decode()
     assert "# TYPE ironlb_speaker_l2_address_conflicts_total counter" in text
     assert (
         'ironlb_speaker_l2_address_conflicts_total{interface="eth0",ip="10.250.0.200"} 3.0' in text

@@ -8,11 +8,10 @@ import socket
 import ssl
 import urllib.request
 
-import prometheus_client
 import pytest
 
 from controller import metrics, webhook
-from ironlb_io import listening
+from ironlb_io import listening, prometheus
 from speaker import health
 
 LOOPBACKS = ("127.0.0.1", "::1")
@@ -45,7 +44,7 @@ def test_an_explicit_host_is_the_only_one() -> None:
 
 
 def test_the_speaker_health_port_answers_on_both_families() -> None:
-    server = health.Server(0, prometheus_client.CollectorRegistry(), lambda: [])
+    server = health.Server(0, prometheus.Registry(), lambda: [])
     try:
         for host in LOOPBACKS:
             with urllib.request.urlopen(_url(host, server.port, "/healthz"), timeout=5) as r:

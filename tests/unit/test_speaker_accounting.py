@@ -8,7 +8,6 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-import prometheus_client
 import pytest
 
 from ironlb import model
@@ -168,7 +167,7 @@ def test_an_address_elected_here_without_its_interfaces_is_reported_once(
 
 
 def test_the_metric_names_are_those_dashboards_read() -> None:
-    text = prometheus_client.generate_latest(metrics.REGISTRY).decode()
+    text = metrics.REGISTRY.exposition().decode()
     for name in (
         "metallb_speaker_announced",
         "metallb_k8s_client_config_stale_bool",

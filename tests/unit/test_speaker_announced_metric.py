@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import prometheus_client
-
+from ironlb_io import prometheus
 from speaker import metrics
 
 
-def _lines(registry: prometheus_client.CollectorRegistry) -> list[str]:
-    text = prometheus_client.generate_latest(registry).decode()
+def _lines(registry: prometheus.Registry) -> list[str]:
+    text = registry.exposition().decode()
     return [line for line in text.splitlines() if line.startswith("metallb_speaker_announced{")]
 
 
 def test_one_series_per_label_set_and_replaced_whole() -> None:
     collector = metrics.Announced()
-    registry = prometheus_client.CollectorRegistry()
+    registry = prometheus.Registry()
     registry.register(collector)
     assert _lines(registry) == []
     collector.series = frozenset(

@@ -1,16 +1,18 @@
-"""The speaker's HTTP port, called as a WSGI app: /healthz, /readyz and /explain."""
+"""The speaker's HTTP port, called as a WSGI app (/healthz, /readyz and /explain), and its
+server over real connections."""
 
 from __future__ import annotations
 
 import json
 import math
+import socket
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
-from prometheus_client import registry as prom_registry
 
+from ironlb_io import prometheus
 from speaker import health
 
 VERDICT: dict[str, Any] = {
@@ -37,7 +39,7 @@ def call(
     method: str = "GET",
     not_ready: tuple[str, ...] = (),
 ) -> tuple[str, dict[str, str], bytes]:
-    serve = health.app(prom_registry.CollectorRegistry(), lambda: not_ready, explain)
+    serve = health.app(prometheus.Registry(), lambda: not_ready, explain)
     seen: list[tuple[str, list[tuple[str, str]]]] = []
 
     def start_response(status: str, headers: list[tuple[str, str]]) -> None:
@@ -156,10 +158,91 @@ def test_other_paths_still_serve_metrics() -> None:
 
 
 def test_the_server_serves_explain_from_its_thread() -> None:
-    server = health.Server(0, prom_registry.CollectorRegistry(), list, "127.0.0.1", known)
+    server = health.Server(0, prometheus.Registry(), list, "127.0.0.1", known)
     try:
         url = f"http://127.0.0.1:{server.port}/explain?service=app%2Fweb"
         with urllib.request.urlopen(url, timeout=5) as response:
             assert json.loads(response.read()) == VERDICT
+    finally:
+        server.close()
+
+
+def _exchange(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(request)
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+        return received
+
+
+class _Failing:
+    def collect(self) -> Iterator[prometheus.Family]:
+        raise RuntimeError("collector bug")
+
+
+def test_the_server_answers_http_1_1_and_closes() -> None:
+    registry = prometheus.Registry()
+    prometheus.Gauge("up_here", "Up", registry=registry).set(1)
+    server = health.Server(0, registry, list, "127.0.0.1", known)
+    try:
+        got = _exchange(server.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n")
+        head, _, body = got.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        assert lines[0] == "HTTP/1.1 200 OK"
+        assert "Connection: close" in lines
+        assert f"Content-Length: {len(body)}" in lines
+        assert b"up_here 1.0\n" in body
+        # HEAD: the same head, no body.
+        got = _exchange(server.port, b"HEAD /metrics HTTP/1.0\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 200 OK\r\n") and got.endswith(b"\r\n\r\n")
+        # An escaped path is the same path.
+        assert _exchange(server.port, b"GET /%68ealthz HTTP/1.1\r\n\r\n").endswith(b"\r\n\r\nok\n")
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [b"GARBAGE\r\n\r\n", b"GET /healthz\r\n\r\n", b"GET /healthz SPDY/3\r\n\r\n"],
+)
+def test_a_malformed_request_line_is_a_400(request_bytes: bytes) -> None:
+    server = health.Server(0, prometheus.Registry(), list, "127.0.0.1")
+    try:
+        assert _exchange(server.port, request_bytes).startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    finally:
+        server.close()
+
+
+def test_an_oversized_head_is_dropped_and_the_server_keeps_serving() -> None:
+    server = health.Server(0, prometheus.Registry(), list, "127.0.0.1")
+    try:
+        huge = b"GET /healthz HTTP/1.1\r\n" + b"X-Pad: " + b"a" * health.MAX_HEAD + b"\r\n\r\n"
+        assert _exchange(server.port, huge) == b""
+        assert _exchange(server.port, b"GET /healthz HTTP/1.1\r\n\r\n").endswith(b"ok\n")
+    finally:
+        server.close()
+
+
+def test_a_silent_client_does_not_hold_up_others() -> None:
+    server = health.Server(0, prometheus.Registry(), list, "127.0.0.1")
+    silent = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    try:
+        silent.sendall(b"GET /healthz HTTP/1.1\r\n")  # and never the end of its head
+        assert _exchange(server.port, b"GET /healthz HTTP/1.1\r\n\r\n").endswith(b"ok\n")
+    finally:
+        silent.close()
+        server.close()
+
+
+def test_a_failing_collector_is_a_500_and_the_server_keeps_serving() -> None:
+    registry = prometheus.Registry()
+    registry.register(_Failing())
+    server = health.Server(0, registry, list, "127.0.0.1")
+    try:
+        got = _exchange(server.port, b"GET /metrics HTTP/1.1\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+        assert got.endswith(b"RuntimeError: collector bug\n")
+        assert _exchange(server.port, b"GET /healthz HTTP/1.1\r\n\r\n").endswith(b"ok\n")
     finally:
         server.close()

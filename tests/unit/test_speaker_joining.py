@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from ironlb import backoff
+from ironlb_io import prometheus
 from speaker import joining, seeds
 from speaker.membership import sealing
 
@@ -98,7 +98,7 @@ async def test_unresolved_seeds_are_retried_logged_once_and_block_readiness(
     member = running(
         joining.Membership(
             settings("a", "members.metallb-system.svc"),
-            CollectorRegistry(),
+            prometheus.Registry(),
             lookup=dns,
             new_backoff=quick,
             rejoin_every=0.05,
@@ -137,7 +137,7 @@ async def test_a_member_that_found_us_ends_the_wait_for_seeds(
     lonely = running(
         joining.Membership(
             settings("lonely", "no-such-host.invalid"),
-            CollectorRegistry(),
+            prometheus.Registry(),
             lookup=Dns(),
             new_backoff=quick,
         )
@@ -150,7 +150,7 @@ async def test_a_member_that_found_us_ends_the_wait_for_seeds(
     running(
         joining.Membership(
             settings("finder", f"finder-seed:{port}"),
-            CollectorRegistry(),
+            prometheus.Registry(),
             lookup=dns,
             new_backoff=quick,
         )
@@ -175,7 +175,7 @@ async def test_seeds_that_nobody_answers_leave_liveness_to_node_ready(
         member = running(
             joining.Membership(
                 settings("a", f"members.metallb-system.svc:{silent.getsockname()[1]}"),
-                CollectorRegistry(),
+                prometheus.Registry(),
                 lookup=dns,
                 new_backoff=quick,
                 rejoin_every=0.05,
@@ -196,7 +196,7 @@ async def test_seeds_that_nobody_answers_leave_liveness_to_node_ready(
         # Another member is heard: membership speaks for the cluster from then on.
         member.changed.clear()
         port = member.member.node.advertise.port
-        running(joining.Membership(settings("b", f"127.0.0.1:{port}"), CollectorRegistry()))
+        running(joining.Membership(settings("b", f"127.0.0.1:{port}"), prometheus.Registry()))
         await eventually(lambda: member.members() == frozenset({"a", "b"}), "a hears b")
         assert member.reasons() == ()
         assert member.changed.is_set()
@@ -219,7 +219,7 @@ async def test_seeds_that_name_only_this_member_are_a_cluster_of_one(
     dns.answer = ["127.0.0.1"]  # the headless Service of a one-node cluster: ourselves
     member = running(
         joining.Membership(
-            settings("only", "members.metallb-system.svc"), CollectorRegistry(), lookup=dns
+            settings("only", "members.metallb-system.svc"), prometheus.Registry(), lookup=dns
         )
     )
     await eventually(lambda: member.members() == frozenset({"only"}), "decides at once")
@@ -230,7 +230,7 @@ async def test_seeds_that_name_only_this_member_are_a_cluster_of_one(
 async def test_no_seeds_means_alone_on_purpose(
     running: Callable[[joining.Membership], joining.Membership],
 ) -> None:
-    member = running(joining.Membership(settings("solo"), CollectorRegistry()))
+    member = running(joining.Membership(settings("solo"), prometheus.Registry()))
     assert member.reasons() == ()
     await eventually(lambda: member.members() == frozenset({"solo"}), "started")
 
@@ -242,7 +242,7 @@ async def test_a_missing_key_holds_membership_back_until_it_appears(
 ) -> None:
     caplog.set_level(logging.INFO, logger="speaker.joining")
     key_dir = tmp_path / "ml"
-    registry = CollectorRegistry()
+    registry = prometheus.Registry()
     member = running(
         joining.Membership(settings("keyed", key_dir=str(key_dir)), registry, new_backoff=quick)
     )
@@ -288,7 +288,7 @@ async def test_an_address_that_cannot_be_bound_yet_is_retried(
         member = running(
             joining.Membership(
                 joining.Settings(name="late", bind="127.0.0.1", port=port),
-                CollectorRegistry(),
+                prometheus.Registry(),
                 new_backoff=quick,
             )
         )
@@ -317,7 +317,7 @@ async def test_a_rotated_key_read_at_different_moments_drops_no_datagram(
     first = running(
         joining.Membership(
             settings("a", key_dir=str(dirs["a"])),
-            CollectorRegistry(),
+            prometheus.Registry(),
             new_backoff=quick,
             key_poll_s=0.05,
             key_seal_old_s=1.0,
@@ -330,7 +330,7 @@ async def test_a_rotated_key_read_at_different_moments_drops_no_datagram(
     second = running(
         joining.Membership(
             settings("b", f"a-seed:{first.member.node.bind.port}", key_dir=str(dirs["b"])),
-            CollectorRegistry(),
+            prometheus.Registry(),
             lookup=dns,
             new_backoff=quick,
             key_poll_s=0.05,

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client import registry as prom_registry
-from prometheus_client.exposition import generate_latest
 
+from ironlb_io import prometheus
 from speaker.membership import codec, metrics, node, sealing
 from speaker.membership import messages as m
 
@@ -114,12 +113,12 @@ def test_any_authenticated_payload_is_handled_without_raising(payload: bytes) ->
 
 def test_metrics_are_exported_with_the_prefix(loop: asyncio.AbstractEventLoop) -> None:
     member = offline_node(loop)
-    registry = prom_registry.CollectorRegistry()
+    registry = prometheus.Registry()
     metrics.register(member, registry)
     member._on_datagram(sealed(m.Alive(0, "b", m.Address(*PEER))), PEER)
     member._on_datagram(b"junk", PEER)
     member._on_datagram(sealed(m.Suspect(0, "b", "c")), PEER)
-    text = generate_latest(registry).decode()
+    text = registry.exposition().decode()
     assert 'ironlb_memberlist_members{state="alive"} 1.0' in text
     assert 'ironlb_memberlist_members{state="suspect"} 1.0' in text
     assert 'ironlb_memberlist_datagrams_dropped_total{reason="malformed"} 1.0' in text
