@@ -31,6 +31,10 @@ class Accounting:
         # (Service, address) elected here but with none of its advertisements' interfaces, as
         # reported so far (an announceFailed Event when a pair appears).
         self._unannounceable: frozenset[tuple[str, str]] = frozenset()
+        # The metric's series of each announcement, kept while it is the same object (the plans'
+        # memo and the store keep them until they change): an address's text costs more than
+        # the rest of the series.
+        self._series: _Series = {}
 
     def account(
         self,
@@ -43,7 +47,9 @@ class Accounting:
         bgp: bool,
     ) -> None:
         """One pass's plans; `layer2` and `bgp` say whether this node runs each data plane."""
-        now, labels = _announcing(self.node_name, l2 if layer2 else None, reached, snap)
+        now, labels, self._series = _announcing(
+            self.node_name, l2 if layer2 else None, reached, snap, self._series
+        )
         if labels != self._metric_labels:
             metrics.ANNOUNCED.series = frozenset(labels)
         self._metric_labels = labels
@@ -153,23 +159,41 @@ class Accounting:
         self._not_announced_labels = set(counts)
 
 
+# id(announcement) -> (the announcement, its series): an L2Address, or a Service announced by BGP.
+_Series = dict[int, tuple[object, tuple[Label, ...]]]
+
+
 def _announcing(
     me: str,
     l2: desired.L2Plan | None,
     reached: Mapping[str, tuple[model.PeerName, ...]],
     snap: desired.Snapshot,
-) -> tuple[dict[str, set[str]], set[Label]]:
-    """Service -> the protocols announcing it from here, and the metric's series."""
+    kept: _Series,
+) -> tuple[dict[str, set[str]], set[Label], _Series]:
+    """Service -> the protocols announcing it from here, the metric's series, and the series
+    to keep for the next pass (`kept`: the last pass's)."""
     now: dict[str, set[str]] = {}
     labels: set[Label] = set()
+    series: _Series = {}
     if l2 is not None:
         for entry in l2.mine:
-            for service in entry.services:
-                now.setdefault(service, set()).add("layer2")
-                labels.add((service, "layer2", me, str(entry.address)))
-    ips = {s.key: s.ips for s in snap.services}
-    for service in reached:
-        now.setdefault(service, set()).add("bgp")
-        for ip in ips.get(service, ()):
-            labels.add((service, "bgp", me, str(ip)))
-    return now, labels
+            got = kept.get(id(entry))
+            if got is None or got[0] is not entry:
+                address = str(entry.address)
+                got = (entry, tuple((key, "layer2", me, address) for key in entry.services))
+            series[id(entry)] = got
+            labels.update(got[1])
+            for key in entry.services:
+                now.setdefault(key, set()).add("layer2")
+    by_key = desired.services_by_key(snap.services)
+    for key in reached:
+        now.setdefault(key, set()).add("bgp")
+        service = by_key.get(key)
+        if service is None:
+            continue
+        got = kept.get(id(service))
+        if got is None or got[0] is not service:
+            got = (service, tuple((key, "bgp", me, str(ip)) for ip in service.ips))
+        series[id(service)] = got
+        labels.update(got[1])
+    return now, labels, series

@@ -302,19 +302,15 @@ class Agent:
         if standing.writes:
             self.honoured_reporter.judge(snap.config, bgp_problems, problems)
         verdict = self.datapath_reporter.judge(snap)
+        by_key = desired.services_by_key(snap.services)
         self._explained = explaining.Seen(
-            {s.key: s for s in snap.services},
+            by_key,
             l2 if layer2 else None,
             bgp_plan if bgp else None,
             reached,
             verdict,
         )
-        l2_announcers = {
-            (service.namespace, service.name): frozenset(
-                owner for ip in service.ips if (owner := l2.owners.get(ip)) is not None
-            )
-            for service in snap.services
-        }
+        l2_announcers = status.Announcers(by_key, l2.owners)
         wanted = {
             model.SERVICE_L2_STATUS: status.wanted_l2(me, l2 if layer2 else _EMPTY_L2),
             model.SERVICE_BGP_STATUS: status.wanted_bgp(me, reached),

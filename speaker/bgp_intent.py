@@ -152,17 +152,20 @@ def intent(
     announcements: list[routes.Announcement] = []
     reach: dict[str, tuple[model.PeerName, ...]] = {}
     # Services share a handful of advertisements: resolve each once, not once per Service.
-    resolved: dict[tuple[int, ...], tuple[tuple[routes.Advertisement, ...], tuple[str, ...]]] = {}
+    resolved: dict[
+        tuple[int, ...], tuple[tuple[routes.Advertisement, ...], tuple[model.PeerName, ...]]
+    ] = {}
     for service in plan.mine:
-        group = tuple(id(ad) for ad in service.advertisements)
+        group = tuple(map(id, service.advertisements))
         found_group = resolved.get(group)
         if found_group is None:
             ads = tuple(advertisement(config, ad) for ad in service.advertisements)
-            reached = tuple(sorted({n for n in names for ad in ads if ad.applies_to(n)}))
-            found_group = resolved[group] = (ads, reached)
-        ads, reached = found_group
+            reached = sorted({n for n in names for ad in ads if ad.applies_to(n)})
+            # One tuple for the group, shared by its Services (read only).
+            found_group = resolved[group] = (ads, tuple(model.PeerName(n) for n in reached))
+        ads, peers_reached = found_group
         for address in service.ips:
             announcements.append(routes.Announcement(address, ads))
-        if reached:
-            reach[service.service] = tuple(model.PeerName(n) for n in reached)
+        if peers_reached:
+            reach[service.service] = peers_reached
     return Intent(tuple(session_list), tuple(announcements), reach, tuple(found))

@@ -77,10 +77,26 @@ class Service:
     shares: bool = False  # carries an allow-shared-ip annotation
     endpoints: tuple[Endpoint, ...] = ()
     health_check_node_port: int | None = None  # kube-proxy's answer on local endpoints (Local)
+    # "namespace/name", made once: a pass reads it several times for every Service.
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.namespace}/{self.name}")
+
+
+def services_by_key(services: tuple[Service, ...]) -> Mapping[str, Service]:
+    """The Services by key, made again only for another tuple: the store hands every pass the
+    same tuple while no Service changed (`speaker.snapshot.Store.ours`), and a pass's consumers
+    (accounting, status, /explain) share this one index. Read it, never change it."""
+    cached = _BY_KEY[0]
+    if cached is not None and cached[0] is services:
+        return cached[1]
+    index = {s.key: s for s in services}
+    _BY_KEY[0] = (services, index)
+    return index
+
+
+_BY_KEY: list[tuple[tuple[Service, ...], dict[str, Service]] | None] = [None]
 
 
 Node = election.NodeInfo
@@ -826,21 +842,27 @@ def bgp_plan(snapshot: Snapshot, me: model.NodeName, memo: Memo | None = None) -
     reasons: dict[str, Why] = {}
     messages: dict[str, str] = {}
     kept = memo.bgp_verdicts if memo.bgp_myself(snapshot, me) else {}
-    fresh: dict[str, tuple[Service, _BGPVerdict]] = {}
+    fresh: dict[str, tuple[Service, _BGPVerdict, BGPService | None]] = {}
     per_pool: dict[str, tuple[model.BGPAdvertisement, ...]] = {}
     for service in snapshot.services:
         before = kept.get(service.key)
         if before is not None and before[0] is service:
-            found = before[1]
+            fresh[service.key] = before
+            found, announced = before[1], before[2]
         else:
             found = _bgp_verdict(snapshot, service, me, per_pool)
-        fresh[service.key] = (service, found)
-        if isinstance(found, NodeVerdict):
+            announced = (
+                None
+                if isinstance(found, NodeVerdict | Reason)
+                else BGPService(service.key, service.ips, found)
+            )
+            fresh[service.key] = (service, found, announced)
+        if announced is not None:
+            mine.append(announced)
+        elif isinstance(found, NodeVerdict):
             reasons[service.key], messages[service.key] = found.reason, found.message
         elif isinstance(found, Reason):
             reasons[service.key], messages[service.key] = found, _BGP_MESSAGES[found]
-        else:
-            mine.append(BGPService(service.key, service.ips, found))
     memo.bgp_verdicts = fresh
     return BGPPlan(tuple(mine), reasons, messages)
 
@@ -919,7 +941,7 @@ class _AddressVerdict:
         return (
             len(holders) == len(self.holders)
             and all(s is t and c is d for (s, c), (t, d) in zip(holders, self.holders, strict=True))
-            and myself == self.myself
+            and (myself is self.myself or myself == self.myself)
         )
 
 
@@ -940,7 +962,9 @@ class Memo:
         self.addresses: dict[addresses.IPAddress, _AddressVerdict] = {}
         self._order: tuple[addresses.IPAddress, ...] = ()
         self._bgp_myself: _Myself | None = None
-        self.bgp_verdicts: dict[str, tuple[Service, _BGPVerdict]] = {}
+        self._l2_myself: _Myself | None = None
+        # Service key -> (the Service judged, its verdict, and what it announces if mine).
+        self.bgp_verdicts: dict[str, tuple[Service, _BGPVerdict, BGPService | None]] = {}
 
     def _same_config(self, config: model.Config) -> bool:
         if config is self._config:
@@ -963,7 +987,13 @@ class Memo:
         return frozenset(id(ad) for ad, b, n in zip(ads, before, now, strict=True) if b != n)
 
     def l2_myself(self, snapshot: Snapshot, me: str, interfaces: frozenset[str] | None) -> _Myself:
-        return _myself(snapshot, me, snapshot.config.l2_advertisements, Mode.LAYER2, interfaces)
+        """This node's view of itself in layer 2: the previous pass's object while equal, so
+        that each kept address verdict compares it by identity, not field by field."""
+        now = _myself(snapshot, me, snapshot.config.l2_advertisements, Mode.LAYER2, interfaces)
+        if now == self._l2_myself:
+            return self._l2_myself
+        self._l2_myself = now
+        return now
 
     def address_order(
         self, per_address: Mapping[addresses.IPAddress, object]

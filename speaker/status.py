@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ironlb import addresses, model
 from ironlb import annotations as keys
-from ironlb import model
 from speaker import desired
+
+# Wanted objects kept from pass to pass (a Service's object is made again only when what it says
+# changes): enough for the Services one speaker announces.
+WANTED_KEPT = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,52 +70,82 @@ def wanted_l2(node: str, plan: desired.L2Plan) -> list[Wanted]:
             if entry.interfaces == desired.ALL_INTERFACES:
                 everywhere.add(service)
             interfaces.setdefault(service, set()).update(entry.interfaces)
-    out = []
-    for service, names in sorted(interfaces.items()):
-        namespace, _, name = service.partition("/")
-        listed = [] if service in everywhere else [{"name": n} for n in sorted(names)]
-        status: dict[str, Any] = {
-            "node": node,
-            "serviceName": name,
-            "serviceNamespace": namespace,
-            "interfaces": listed,
-        }
-        out.append(
-            Wanted(
-                model.SERVICE_L2_STATUS,
-                object_name(model.SERVICE_L2_STATUS, node, service),
-                namespace,
-                name,
-                status,
-            )
-        )
-    return out
+    return [
+        _l2_wanted(node, service, () if service in everywhere else tuple(sorted(names)))
+        for service, names in sorted(interfaces.items())
+    ]
+
+
+@functools.lru_cache(maxsize=WANTED_KEPT)
+def _l2_wanted(node: str, service: str, interfaces: tuple[str, ...]) -> Wanted:
+    """`interfaces` empty: every interface (the status lists none)."""
+    namespace, _, name = service.partition("/")
+    status: dict[str, Any] = {
+        "node": node,
+        "serviceName": name,
+        "serviceNamespace": namespace,
+        "interfaces": [{"name": n} for n in interfaces],
+    }
+    return Wanted(
+        model.SERVICE_L2_STATUS,
+        object_name(model.SERVICE_L2_STATUS, node, service),
+        namespace,
+        name,
+        status,
+    )
 
 
 def wanted_bgp(node: str, announced: Mapping[str, Iterable[model.PeerName]]) -> list[Wanted]:
     """`announced`: Service key -> names of the BGPPeers its prefixes are configured to reach."""
     out = []
     for service, peers in sorted(announced.items()):
-        peer_list = sorted(set(peers))
-        if not peer_list:
-            continue
-        namespace, _, name = service.partition("/")
-        status = {
-            "node": node,
-            "serviceName": name,
-            "serviceNamespace": namespace,
-            "peers": peer_list,
-        }
-        out.append(
-            Wanted(
-                model.SERVICE_BGP_STATUS,
-                object_name(model.SERVICE_BGP_STATUS, node, service),
-                namespace,
-                name,
-                status,
-            )
-        )
+        peer_list = tuple(sorted(set(peers)))
+        if peer_list:
+            out.append(_bgp_wanted(node, service, peer_list))
     return out
+
+
+@functools.lru_cache(maxsize=WANTED_KEPT)
+def _bgp_wanted(node: str, service: str, peers: tuple[model.PeerName, ...]) -> Wanted:
+    namespace, _, name = service.partition("/")
+    status = {
+        "node": node,
+        "serviceName": name,
+        "serviceNamespace": namespace,
+        "peers": list(peers),
+    }
+    return Wanted(
+        model.SERVICE_BGP_STATUS,
+        object_name(model.SERVICE_BGP_STATUS, node, service),
+        namespace,
+        name,
+        status,
+    )
+
+
+class Announcers(Mapping[tuple[str, str], frozenset[str]]):
+    """(namespace, name) -> the nodes elected for one of the Service's layer 2 addresses, read
+    per Service when asked (`diff` asks only about other nodes' objects), not made for every
+    Service in every pass."""
+
+    def __init__(
+        self,
+        services: Mapping[str, desired.Service],
+        owners: Mapping[addresses.IPAddress, str | None],
+    ) -> None:
+        self._services = services
+        self._owners = owners
+
+    def __getitem__(self, key: tuple[str, str]) -> frozenset[str]:
+        service = self._services[f"{key[0]}/{key[1]}"]
+        return frozenset(owner for ip in service.ips if (owner := self._owners.get(ip)) is not None)
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        for service in self._services.values():
+            yield service.namespace, service.name
+
+    def __len__(self) -> int:
+        return len(self._services)
 
 
 def body(wanted: Wanted, node: str, namespace: str, owner: Owner | None = None) -> dict[str, Any]:

@@ -65,7 +65,7 @@ class StatusWriter:
         self.settled = settled
         self.wanted: dict[str, list[status.Wanted]] = {}  # kind -> what the latest pass wants
         # Layer 2: (namespace, name) -> the nodes elected for one of the Service's addresses.
-        self.l2_announcers: dict[tuple[str, str], frozenset[str]] = {}
+        self.l2_announcers: Mapping[tuple[str, str], frozenset[str]] = {}
         self.owner: status.Owner | None = None  # our Pod, once read (`learn_owner`)
         # Standing by for another load balancer's speaker (`ironlb.taking_over`): only our own
         # objects are removed, the other's are left alone.
@@ -86,7 +86,7 @@ class StatusWriter:
     def want(
         self,
         wanted: dict[str, list[status.Wanted]],
-        l2_announcers: dict[tuple[str, str], frozenset[str]],
+        l2_announcers: Mapping[tuple[str, str], frozenset[str]],
         *,
         standing_by: bool = False,
     ) -> None:
