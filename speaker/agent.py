@@ -76,6 +76,9 @@ SECRETS_EVERY_S = 30.0
 # idle speaker's CPU (MetalLB's informers resync every 10 hours).
 RESYNC_S = 300.0
 STATE_REFRESH_S = 60.0  # our ConfigurationState is read back (one GET) this often
+# How long a pass lets the BGP sessions take up its routes before its layer 2 work (they write
+# their first command within a few ms; a busy one is not waited for beyond this).
+EARLY_HANDOVER_S = 0.02
 
 
 @dataclass
@@ -265,6 +268,22 @@ class Agent:
             self._problems = problems
         self.state_writer.set_problems(problems)
         self.state_writer.stand_by(not standing.writes)
+        # BGP is this node's decision alone: our own verdict always counts.
+        bgp_plan = (
+            desired.bgp_plan(own, model.NodeName(me), self._plans) if standing.bgp else _EMPTY_BGP
+        )
+        # Until our probes answered once, the plan is not yet this node's answer.
+        complete = self.prober is None or self.prober.verdicts_known()
+        # Standing by for another speaker's sessions: none of ours (no Node, no peer).
+        node = snap.nodes.get(me) if standing.bgp else None
+        if self.bgp is not None and standing.bgp:
+            # The routes go to ExaBGP before the layer 2 work: each one then spends FRR's
+            # work-queue hold at the router (~60 ms) while this pass goes on, not after it.
+            # Not when our sessions are handed to the other load balancer's speaker: `apply`
+            # must end them (graceful restart: the peer keeps our routes) before a runner can
+            # take up the empty route set, or the runners withdraw every route first.
+            self.bgp.announce(snap.config, node, bgp_plan, self.passwords, complete=complete)
+            await self.bgp.handed_over(EARLY_HANDOVER_S)
         answering = self._interfaces_seen = (
             self.layer2.interfaces() if self.layer2 is not None else None
         )
@@ -279,19 +298,13 @@ class Agent:
                 self._announce_again(snap, l2, answering)
                 self.accounting.report_unannounceable(l2)
         reached: Mapping[str, tuple[model.PeerName, ...]] = {}
-        # BGP is this node's decision alone: our own verdict always counts.
-        bgp_plan = (
-            desired.bgp_plan(own, model.NodeName(me), self._plans) if standing.bgp else _EMPTY_BGP
-        )
         if self.bgp is not None:
             reached = await self.bgp.apply(
                 snap.config,
-                # Standing by for another speaker's sessions: none of ours (no Node, no peer).
-                snap.nodes.get(me) if standing.bgp else None,
+                node,
                 bgp_plan,
                 self.passwords,
-                # Until our probes answered once, the plan is not yet this node's answer.
-                complete=self.prober is None or self.prober.verdicts_known(),
+                complete=complete,
                 # Sessions given up to the other load balancer's speaker end as for a restart
                 # (this node stays): a graceful-restart router keeps our routes meanwhile.
                 handing_over=not standing.bgp,

@@ -50,6 +50,29 @@ class BGPApplier:
         self._problems: tuple[str, ...] = ()
         # What the latest pass could not honour on this node (the agent reports it).
         self.problems: tuple[Problem, ...] = ()
+        # `announce`'s plan, intent and routes, until `apply` takes them up.
+        self._announced: tuple[desired.BGPPlan, bgp_intent.Intent, routes.Desired] | None = None
+
+    def announce(
+        self,
+        config: model.Config,
+        node: desired.Node | None,
+        plan: desired.BGPPlan,
+        passwords: Mapping[str, str],
+        complete: bool = True,
+    ) -> None:
+        """This node's routes, handed to the sessions' runners now (each writes its first
+        command at the next await of the loop); `apply` with the same plan then does the rest.
+        Routes before sessions: a session that starts now starts with them (with graceful
+        restart, its End-of-RIB must follow the routes, not an empty start)."""
+        intent = bgp_intent.intent(config, node, plan, passwords, _addresses(config))
+        wanted = routes.desired(intent.announcements, intent.sessions)
+        self.speaker.set_routes(wanted.routes, complete=complete)
+        self._announced = (plan, intent, wanted)
+
+    async def handed_over(self, timeout: float) -> None:
+        """Until the running sessions have taken up the announced routes, at most `timeout`."""
+        await self.speaker.handed_over(timeout)
 
     async def apply(
         self,
@@ -60,11 +83,11 @@ class BGPApplier:
         complete: bool = True,
         handing_over: bool = False,
     ) -> Mapping[str, tuple[model.PeerName, ...]]:
-        intent = bgp_intent.intent(config, node, plan, passwords, _addresses(config))
-        wanted = routes.desired(intent.announcements, intent.sessions)
-        # Routes first: a session that starts now starts with them (with graceful restart, its
-        # End-of-RIB must follow the routes, not an empty start).
-        self.speaker.set_routes(wanted.routes, complete=complete)
+        if self._announced is None or self._announced[0] is not plan:
+            self.announce(config, node, plan, passwords, complete)
+        assert self._announced is not None
+        _, intent, wanted = self._announced
+        self._announced = None
         problems = [
             *intent.problems,
             *await self.speaker.set_peers(intent.sessions, handing_over=handing_over),

@@ -51,11 +51,23 @@ class Layer2(Protocol):
 
 
 class BGP(Protocol):
-    """What the agent needs from the BGP data plane: `apply` returns Service key -> peers
-    reached; `problems` are what the latest `apply` could not honour on this node."""
+    """What the agent needs from the BGP data plane: `announce` hands the routes over first,
+    `apply` (with the same plan) the sessions and returns Service key -> peers reached;
+    `problems` are what the latest `apply` could not honour on this node."""
 
     @property
     def problems(self) -> Sequence[Problem]: ...
+
+    def announce(
+        self,
+        config: model.Config,
+        node: desired.Node | None,
+        plan: desired.BGPPlan,
+        passwords: Mapping[str, str],
+        complete: bool = True,
+    ) -> None: ...
+
+    async def handed_over(self, timeout: float) -> None: ...
 
     async def apply(
         self,

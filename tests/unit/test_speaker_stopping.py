@@ -31,6 +31,12 @@ class FakeBGP:
         self.log = log
         self.problems: Sequence[Problem] = ()
 
+    def announce(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    async def handed_over(self, timeout: float) -> None:
+        pass
+
     async def apply(self, *args: Any, **kwargs: Any) -> Mapping[str, Any]:
         return {}
 
