@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, Self
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -181,15 +181,15 @@ class _Metric:
         self.name = name.removesuffix(suffix) if suffix else name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
-        self._children: dict[tuple[str, ...], _Metric] = {}
+        self._children: dict[tuple[str, ...], Self] = {}
         self._children_lock = threading.Lock()
         if registry is not None:
             registry.register(self)
 
-    def _child(self) -> _Metric:
+    def _child(self) -> Self:
         return type(self)(self.name, self.documentation)
 
-    def labels(self, *values: str) -> _Metric:
+    def labels(self, *values: str) -> Self:
         if len(values) != len(self.labelnames):
             raise ValueError(f"{self.name}: label values {values} for labels {self.labelnames}")
         key = tuple(str(v) for v in values)
@@ -204,7 +204,7 @@ class _Metric:
         with self._children_lock:
             self._children.pop(tuple(str(v) for v in values), None)
 
-    def _series(self) -> list[tuple[tuple[str, ...], _Metric]]:
+    def _series(self) -> list[tuple[tuple[str, ...], Self]]:
         if not self.labelnames:
             return [((), self)]
         with self._children_lock:
@@ -220,33 +220,8 @@ class _Metric:
         yield family
 
 
-class Gauge(_Metric):
-    family = GaugeFamily
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str] = (),
-        registry: Registry | None = None,
-    ) -> None:
-        self.value = 0.0
-        super().__init__(name, documentation, labelnames, registry)
-
-    def labels(self, *values: str) -> Gauge:
-        child = super().labels(*values)
-        assert isinstance(child, Gauge)
-        return child
-
-    def set(self, value: float) -> None:
-        self.value = float(value)
-
-    def _add(self, family: Family, values: tuple[str, ...]) -> None:
-        family.add_metric(values, self.value)
-
-
-class Counter(_Metric):
-    family = CounterFamily
+class _Value(_Metric):
+    """A metric of one value a series."""
 
     def __init__(
         self,
@@ -259,19 +234,25 @@ class Counter(_Metric):
         self._lock = threading.Lock()
         super().__init__(name, documentation, labelnames, registry)
 
-    def labels(self, *values: str) -> Counter:
-        child = super().labels(*values)
-        assert isinstance(child, Counter)
-        return child
+    def _add(self, family: Family, values: tuple[str, ...]) -> None:
+        family.add_metric(values, self.value)
+
+
+class Gauge(_Value):
+    family = GaugeFamily
+
+    def set(self, value: float) -> None:
+        self.value = float(value)
+
+
+class Counter(_Value):
+    family = CounterFamily
 
     def inc(self, amount: float = 1.0) -> None:
         if amount < 0:
             raise ValueError(f"{self.name}: a counter only goes up ({amount})")
         with self._lock:  # += is a read and a write: two threads may count at once
             self.value += amount
-
-    def _add(self, family: Family, values: tuple[str, ...]) -> None:
-        family.add_metric(values, self.value)
 
 
 class Histogram(_Metric):
@@ -296,13 +277,8 @@ class Histogram(_Metric):
         self._lock = threading.Lock()
         super().__init__(name, documentation, labelnames, registry)
 
-    def _child(self) -> _Metric:
-        return Histogram(self.name, self.documentation, buckets=self.bounds)
-
-    def labels(self, *values: str) -> Histogram:
-        child = super().labels(*values)
-        assert isinstance(child, Histogram)
-        return child
+    def _child(self) -> Self:
+        return type(self)(self.name, self.documentation, buckets=self.bounds)
 
     def observe(self, value: float) -> None:
         with self._lock:

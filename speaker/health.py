@@ -111,7 +111,7 @@ def _metrics(
     data = registry.exposition()
     headers = [("Content-Type", prometheus.CONTENT_TYPE), ("Content-Length", str(len(data)))]
     start_response("200 OK", headers)
-    return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [data]
+    return [data]  # the server sends no body for a HEAD
 
 
 def _describe(error: Exception) -> str:

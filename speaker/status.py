@@ -79,20 +79,8 @@ def wanted_l2(node: str, plan: desired.L2Plan) -> list[Wanted]:
 @functools.lru_cache(maxsize=WANTED_KEPT)
 def _l2_wanted(node: str, service: str, interfaces: tuple[str, ...]) -> Wanted:
     """`interfaces` empty: every interface (the status lists none)."""
-    namespace, _, name = service.partition("/")
-    status: dict[str, Any] = {
-        "node": node,
-        "serviceName": name,
-        "serviceNamespace": namespace,
-        "interfaces": [{"name": n} for n in interfaces],
-    }
-    return Wanted(
-        model.SERVICE_L2_STATUS,
-        object_name(model.SERVICE_L2_STATUS, node, service),
-        namespace,
-        name,
-        status,
-    )
+    listed = [{"name": n} for n in interfaces]
+    return _wanted(model.SERVICE_L2_STATUS, node, service, "interfaces", listed)
 
 
 def wanted_bgp(node: str, announced: Mapping[str, Iterable[model.PeerName]]) -> list[Wanted]:
@@ -107,20 +95,15 @@ def wanted_bgp(node: str, announced: Mapping[str, Iterable[model.PeerName]]) -> 
 
 @functools.lru_cache(maxsize=WANTED_KEPT)
 def _bgp_wanted(node: str, service: str, peers: tuple[model.PeerName, ...]) -> Wanted:
+    return _wanted(model.SERVICE_BGP_STATUS, node, service, "peers", list(peers))
+
+
+def _wanted(kind: str, node: str, service: str, field: str, value: Any) -> Wanted:
+    """One Service's object of `kind` from `node`: its status names them, and `field` says
+    what that kind adds (interfaces, peers)."""
     namespace, _, name = service.partition("/")
-    status = {
-        "node": node,
-        "serviceName": name,
-        "serviceNamespace": namespace,
-        "peers": list(peers),
-    }
-    return Wanted(
-        model.SERVICE_BGP_STATUS,
-        object_name(model.SERVICE_BGP_STATUS, node, service),
-        namespace,
-        name,
-        status,
-    )
+    status = {"node": node, "serviceName": name, "serviceNamespace": namespace, field: value}
+    return Wanted(kind, object_name(kind, node, service), namespace, name, status)
 
 
 class Announcers(Mapping[tuple[str, str], frozenset[str]]):
